@@ -1,0 +1,436 @@
+"""The device under test (DUT): the only module that knows vendor APIs.
+
+A :class:`Device` wraps one device type (``npu``, ``cuda``, ``xpu``, ``mps``, ``cpu``)
+and index. Everything type-specific is a row of :data:`KINDS` (probe, collective
+backend, stack-version key) or a generic torch API looked up on the device's module
+(``torch.cuda``, ``torch.npu``, ...), with ``torch_npu`` fallbacks for older stacks.
+
+``torch_npu`` is never imported at module import time; :func:`probe` imports it inside a
+function and turns every failure into a *reason* a person can act on.
+
+Note [DUT scope]
+~~~~~~~~~~~~~~~~
+Every computation that stands for the device under test runs inside ``device.scope()``;
+reference computations never do. On hardware the scope costs nothing. On the CPU, where
+the DUT and the reference are the same silicon, the scope is what tells them apart, and
+it is where injected faults (:mod:`harness.faults`) act, exactly as a broken NPU kernel
+would corrupt the NPU's numbers and never the CPU's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import importlib.metadata
+import importlib.util
+import os
+import platform
+import re
+import threading
+import time
+from typing import Callable, Iterator, Optional
+
+import torch
+
+from harness import faults
+
+DEVICE_TYPES = ("npu", "cuda", "xpu", "mps", "cpu")
+"""Device types in ``--device auto`` preference order."""
+
+
+class DeviceUnavailable(RuntimeError):
+    """A requested device cannot be used; the message says why and how to fix it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Probe:
+    """Outcome of probing one device type."""
+
+    type: str
+    available: bool
+    reason: str
+    count: int = 0
+
+
+# --------------------------------------------------------------------------- probes
+# Each probe returns a Probe and never raises; tests fake them with monkeypatch.
+
+def _probe_cpu() -> Probe:
+    return Probe("cpu", True, "the CPU is always present", 1)
+
+
+def _probe_cuda() -> Probe:
+    if torch.version.cuda is None and getattr(torch.version, "hip", None) is None:
+        return Probe("cuda", False, f"torch {torch.__version__} was built without CUDA "
+                     "(torch.version.cuda is None); install a CUDA build of torch")
+    try:
+        count = torch.cuda.device_count()
+    except Exception as exc:  # noqa: BLE001 - any driver failure is a reason, not a crash
+        return Probe("cuda", False, f"torch.cuda.device_count() failed: {exc}")
+    if not torch.cuda.is_available() or count == 0:
+        return Probe("cuda", False, "no CUDA device is visible (torch.cuda.is_available() is "
+                     "False); check `nvidia-smi` and CUDA_VISIBLE_DEVICES")
+    return Probe("cuda", True, f"{count} CUDA device(s) visible", count)
+
+
+def _probe_xpu() -> Probe:
+    xpu = getattr(torch, "xpu", None)
+    if xpu is None:
+        return Probe("xpu", False, f"torch {torch.__version__} has no torch.xpu module")
+    try:
+        if not xpu.is_available():
+            return Probe("xpu", False, "no XPU is visible (torch.xpu.is_available() is False)")
+        count = xpu.device_count()
+    except Exception as exc:  # noqa: BLE001 - a failing probe is a reason
+        return Probe("xpu", False, f"torch.xpu probe failed: {exc}")
+    return Probe("xpu", True, f"{count} XPU device(s) visible", count)
+
+
+def _probe_mps() -> Probe:
+    mps = getattr(torch.backends, "mps", None)
+    if mps is None or not mps.is_built():
+        return Probe("mps", False, "torch was built without MPS (macOS only)")
+    if not mps.is_available():
+        return Probe("mps", False, "MPS is built but not available (needs macOS 12.3+ "
+                     "on Apple silicon)")
+    return Probe("mps", True, "Apple MPS device available", 1)
+
+
+def torch_npu_version() -> Optional[str]:
+    """The installed torch_npu's version from package metadata, without importing it."""
+    try:
+        return importlib.metadata.version("torch_npu")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _import_torch_npu():
+    """Import torch_npu (a seam: tests replace it to fake failures)."""
+    return importlib.import_module("torch_npu")
+
+
+def _base_version(version: str) -> str:
+    """``2.4.0.post2`` / ``2.4.0+cpu`` -> ``2.4.0``."""
+    match = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version)
+    if not match:
+        return version
+    return ".".join(part or "0" for part in match.groups())
+
+
+def explain_npu_import_error(exc: BaseException) -> str:
+    """Turn a failed ``import torch_npu`` into a reason with its fix."""
+    text = str(exc)
+    if "cannot open shared object file" in text or re.search(r"lib(hccl|ascend|acl|ge_)", text):
+        return (f"torch_npu is installed but CANN's libraries are not on the library path "
+                f"({text}); source the CANN environment first: "
+                "`source /usr/local/Ascend/ascend-toolkit/set_env.sh` (or "
+                "$ASCEND_TOOLKIT_HOME/set_env.sh)")
+    if "version" in text.lower() and "torch" in text.lower():
+        return (f"torch_npu refuses this torch ({text}); install the torch_npu build made for "
+                f"torch {torch.__version__}")
+    return f"import torch_npu failed: {type(exc).__name__}: {text}"
+
+
+def _probe_npu() -> Probe:
+    npu_version = torch_npu_version()
+    if npu_version is None and importlib.util.find_spec("torch_npu") is None:
+        return Probe("npu", False, "torch_npu is not installed (pip install torch_npu matching "
+                     f"torch {_base_version(torch.__version__)} and your CANN version)")
+    if npu_version is not None and _base_version(npu_version) != _base_version(torch.__version__):
+        return Probe("npu", False, f"version mismatch: torch {torch.__version__} but torch_npu "
+                     f"{npu_version}; torch_npu must be built for the same torch "
+                     f"(pip install 'torch_npu=={_base_version(torch.__version__)}.*')")
+    try:
+        _import_torch_npu()
+    except Exception as exc:  # noqa: BLE001 - every import failure becomes a reason
+        return Probe("npu", False, explain_npu_import_error(exc))
+    npu = getattr(torch, "npu", None)
+    try:
+        available = bool(npu is not None and npu.is_available())
+        count = npu.device_count() if available else 0
+    except Exception as exc:  # noqa: BLE001
+        return Probe("npu", False, f"torch.npu probe failed: {exc}")
+    if not available or count == 0:
+        return Probe("npu", False, "torch_npu imported but no NPU is visible "
+                     "(torch.npu.is_available() is False); check `npu-smi info`, the driver, "
+                     "and ASCEND_RT_VISIBLE_DEVICES")
+    return Probe("npu", True, f"{count} NPU(s) visible (torch_npu {npu_version})", count)
+
+
+# ----------------------------------------------------------------------- kinds table
+
+@dataclasses.dataclass(frozen=True)
+class Kind:
+    """What differs between device types, as data (one row per type)."""
+
+    type: str
+    probe: Callable[[], Probe]
+    dist_backend: str
+    stack_prefix: str  # the version that defines this device's stack (see harness.stack)
+
+
+KINDS: dict[str, Kind] = {
+    "npu": Kind("npu", _probe_npu, "hccl", "cann"),
+    "cuda": Kind("cuda", _probe_cuda, "nccl", "cuda"),
+    "xpu": Kind("xpu", _probe_xpu, "xccl", "torch"),
+    "mps": Kind("mps", _probe_mps, "gloo", "torch"),
+    "cpu": Kind("cpu", _probe_cpu, "gloo", "torch"),
+}
+
+
+def probe(device_type: str) -> Probe:
+    """Probe one device type (never raises)."""
+    if device_type not in KINDS:
+        raise ValueError(f"unknown device type {device_type!r}; choose from "
+                         f"{', '.join(DEVICE_TYPES)}")
+    return KINDS[device_type].probe()
+
+
+def select(requested: str = "auto", index: int = 0) -> tuple["Device", list[Probe]]:
+    """Pick the device under test.
+
+    ``auto`` takes the first available of npu > cuda > xpu > mps > cpu. Returns the
+    device and the probes made (so callers can say why an accelerator was not used).
+    Raises :class:`DeviceUnavailable` when an explicitly requested type is unusable.
+    """
+    if requested == "auto":
+        probes = []
+        for device_type in DEVICE_TYPES:
+            result = probe(device_type)
+            probes.append(result)
+            if result.available:
+                return Device(device_type, index % max(result.count, 1), result.count), probes
+        raise AssertionError("unreachable: the CPU is always available")
+    result = probe(requested)
+    if not result.available:
+        raise DeviceUnavailable(f"--device {requested} is not usable: {result.reason}. "
+                                "Run `python -m harness doctor` for details, or use "
+                                "--device auto / --device cpu")
+    return Device(requested, index % max(result.count, 1), result.count), [result]
+
+
+# --------------------------------------------------------------------------- device
+
+class _CpuTimer:
+    """Wall-clock timer with the same shape as a device event timer."""
+
+    def __init__(self) -> None:
+        self._start = self._end = 0.0
+
+    def start(self) -> None:
+        self._start = time.perf_counter()
+
+    def stop(self) -> None:
+        self._end = time.perf_counter()
+
+    def elapsed_ms(self) -> float:
+        return (self._end - self._start) * 1e3
+
+
+class _EventTimer:
+    """Device-event timer (``Event(enable_timing=True)``), read after a synchronize."""
+
+    def __init__(self, module) -> None:
+        self._begin = module.Event(enable_timing=True)
+        self._end = module.Event(enable_timing=True)
+
+    def start(self) -> None:
+        self._begin.record()
+
+    def stop(self) -> None:
+        self._end.record()
+        self._end.synchronize()
+
+    def elapsed_ms(self) -> float:
+        return float(self._begin.elapsed_time(self._end))
+
+
+_scope_state = threading.local()
+
+
+class Device:
+    """One device under test: a type, an index, and the vendor calls behind them."""
+
+    def __init__(self, device_type: str, index: int = 0, count: int = 1) -> None:
+        if device_type not in KINDS:
+            raise ValueError(f"unknown device type {device_type!r}")
+        self.type = device_type
+        self.index = index
+        self.count = count
+        self.kind = KINDS[device_type]
+
+    def __repr__(self) -> str:
+        return f"Device({self.type!r}, index={self.index})"
+
+    # ---- identity
+    @property
+    def torch_device(self) -> torch.device:
+        return torch.device("cpu") if self.type == "cpu" else torch.device(self.type, self.index)
+
+    @property
+    def module(self):
+        """``torch.cuda`` / ``torch.npu`` / ...; None for the CPU."""
+        if self.type == "cpu":
+            return None
+        get = getattr(torch, "get_device_module", None)
+        return get(self.type) if get is not None else getattr(torch, self.type)
+
+    @property
+    def name(self) -> str:
+        if self.type == "cpu":
+            return cpu_model_name()
+        if self.type == "mps":
+            return f"Apple {platform.machine()} (MPS)"
+        return str(self.module.get_device_name(self.index))
+
+    @property
+    def dist_backend(self) -> str:
+        return self.kind.dist_backend
+
+    @property
+    def is_accelerator(self) -> bool:
+        return self.type != "cpu"
+
+    # ---- execution
+    def synchronize(self) -> None:
+        if self.module is not None and hasattr(self.module, "synchronize"):
+            self.module.synchronize()
+
+    def seed(self, n: int) -> None:
+        """Seed torch's CPU generator and this device's generators."""
+        torch.manual_seed(n)
+        if self.module is not None and hasattr(self.module, "manual_seed_all"):
+            self.module.manual_seed_all(n)
+
+    def set_current(self) -> None:
+        """Make this device current (``set_device(local_rank)`` before building models)."""
+        if self.module is not None and hasattr(self.module, "set_device"):
+            self.module.set_device(self.index)
+
+    @contextlib.contextmanager
+    def scope(self) -> Iterator["Device"]:
+        """The DUT scope (Note [DUT scope]): re-entrant; activates injected faults."""
+        depth = getattr(_scope_state, "depth", 0)
+        _scope_state.depth = depth + 1
+        try:
+            if depth:
+                yield self
+            else:
+                with faults.activated(self):
+                    yield self
+        finally:
+            _scope_state.depth = depth
+
+    # ---- memory (None where the device keeps no allocator statistics: the CPU)
+    @property
+    def has_allocator_stats(self) -> bool:
+        return self.module is not None and hasattr(self.module, "max_memory_allocated")
+
+    def reset_peak(self) -> None:
+        if self.has_allocator_stats:
+            self.module.reset_peak_memory_stats(self.index)
+
+    def peak_allocated(self) -> Optional[int]:
+        if self.has_allocator_stats:
+            return int(self.module.max_memory_allocated(self.index))
+        return None
+
+    def allocated(self) -> Optional[int]:
+        if self.type == "mps":
+            return int(torch.mps.current_allocated_memory())
+        if self.has_allocator_stats:
+            return int(self.module.memory_allocated(self.index))
+        return None
+
+    def total_memory(self) -> Optional[int]:
+        if self.module is not None and hasattr(self.module, "get_device_properties"):
+            return int(self.module.get_device_properties(self.index).total_memory)
+        return None
+
+    def cap(self, nbytes: Optional[int]) -> None:
+        """Cap this process's allocations at ``nbytes`` (None lifts the cap)."""
+        if self.module is None or not hasattr(self.module, "set_per_process_memory_fraction"):
+            raise NotImplementedError(f"{self.type} has no allocator cap; harness.memory "
+                                      "applies caps to its tracker instead")
+        total = self.total_memory()
+        fraction = 1.0 if nbytes is None or not total else min(1.0, nbytes / total)
+        if self.type == "mps":
+            self.module.set_per_process_memory_fraction(fraction)
+        else:
+            self.module.set_per_process_memory_fraction(fraction, self.index)
+
+    def empty_cache(self) -> None:
+        if self.module is not None and hasattr(self.module, "empty_cache"):
+            self.module.empty_cache()
+
+    def memory_summary(self) -> str:
+        if self.module is not None and hasattr(self.module, "memory_summary"):
+            try:
+                return str(self.module.memory_summary(self.index))
+            except Exception as exc:  # noqa: BLE001 - a summary is best effort
+                return f"(memory_summary failed: {exc})"
+        return f"({self.type} keeps no allocator statistics)"
+
+    @property
+    def oom_error(self) -> type[BaseException]:
+        """The exception this device raises on out-of-memory."""
+        return getattr(torch, "OutOfMemoryError", None) or getattr(
+            torch.cuda, "OutOfMemoryError", RuntimeError)
+
+    # ---- mixed precision
+    def autocast(self, dtype: torch.dtype = torch.float16, enabled: bool = True):
+        """``torch.autocast`` for this device; ``torch_npu.npu.amp`` on older stacks."""
+        try:
+            return torch.autocast(device_type=self.type, dtype=dtype, enabled=enabled)
+        except (RuntimeError, ValueError):
+            if self.type != "npu":
+                raise
+            return importlib.import_module("torch_npu").npu.amp.autocast(
+                enabled=enabled, dtype=dtype)
+
+    def grad_scaler(self, **kwargs):
+        """A GradScaler for this device (``torch.amp`` first, vendor module fallback)."""
+        amp_scaler = getattr(getattr(torch, "amp", None), "GradScaler", None)
+        if amp_scaler is not None:
+            try:
+                return amp_scaler(self.type, **kwargs)
+            except (TypeError, RuntimeError, ValueError):
+                if self.type not in ("npu", "cuda"):
+                    raise
+        if self.type == "npu":
+            return importlib.import_module("torch_npu").npu.amp.GradScaler(**kwargs)
+        return torch.cuda.amp.GradScaler(**kwargs)
+
+    # ---- timing
+    def event_timer(self):
+        """A start/stop timer: device events where the device has them, else wall clock."""
+        module = self.module
+        if module is not None and hasattr(module, "Event"):
+            return _EventTimer(module)
+        return _CpuTimer()
+
+
+def cpu_model_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo`` on Linux, platform elsewhere)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def cpu_capability() -> str:
+    """The SIMD level torch's CPU kernels dispatch to (``avx512``, ``avx2``, ``default``)."""
+    get = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", None)
+    return str(get()).lower() if get is not None else "default"
+
+
+def xdist_worker_index() -> Optional[int]:
+    """The pytest-xdist worker number (``gw3`` -> 3), None outside xdist."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    match = re.fullmatch(r"gw(\d+)", worker)
+    return int(match.group(1)) if match else None

@@ -1,0 +1,149 @@
+"""``python -m harness faults check``: prove every fault turns a green run red.
+
+1. A clean run of the union of every selected fault's checks, recording a fresh
+   baseline in a temporary folder (so drift faults that pass every absolute standard are
+   caught through the baseline, exactly as after a real upgrade).
+2. One run per fault: only its checks, with ``--inject-fault NAME``, compared against
+   that baseline. The fault is *caught* when at least one of its checks fails.
+
+Each run is a separate pytest process (torch's global state never leaks between
+faults), started in its own process group and killed whole on timeout.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Optional, Sequence
+
+from harness.faults import ENV_VAR, Fault
+
+
+@dataclasses.dataclass
+class RunOutcome:
+    exit_code: int
+    outcomes: dict[str, str]
+    seconds: float
+    output: str
+
+    @property
+    def failed(self) -> list[str]:
+        return sorted(n for n, o in self.outcomes.items() if o == "failed")
+
+
+@dataclasses.dataclass
+class FaultResult:
+    fault: Fault
+    run: RunOutcome
+
+    @property
+    def caught_by(self) -> list[str]:
+        return self.run.failed
+
+    @property
+    def caught(self) -> bool:
+        return bool(self.caught_by)
+
+    def to_json(self) -> dict:
+        return {"name": self.fault.name, "family": self.fault.family,
+                "description": self.fault.description, "caught": self.caught,
+                "caught_by": self.caught_by, "exit_code": self.run.exit_code,
+                "seconds": round(self.run.seconds, 1)}
+
+
+def run_pytest(args: Sequence[str], results_dir: Path, *, root: Path, timeout: float,
+               env: Optional[dict] = None) -> RunOutcome:
+    """Run pytest in a child process group; outcomes come from the results file it writes."""
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+               "--results-dir", str(results_dir), *args]
+    start = time.monotonic()
+    child_env = {k: v for k, v in os.environ.items() if k != ENV_VAR}
+    child_env.update(env or {})
+    proc = subprocess.Popen(command, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=child_env, start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        output += f"\n[faults check] killed after {timeout:.0f} s"
+    finally:
+        try:  # no process outlives its run, grandchildren included
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    outcomes: dict[str, str] = {}
+    for path in sorted(results_dir.glob("*.json")):
+        try:
+            outcomes.update(json.loads(path.read_text()).get("outcomes", {}))
+        except (OSError, ValueError):
+            continue
+    return RunOutcome(proc.returncode, outcomes, time.monotonic() - start, output)
+
+
+def check(selected: Sequence[Fault], *, root: Path, device: str = "cpu", jobs: int = 2,
+          timeout: float = 900.0, progress=None) -> tuple[RunOutcome, list[FaultResult]]:
+    """Run the clean baseline run, then one run per fault (``jobs`` at a time)."""
+    say = progress or (lambda _msg: None)
+    with tempfile.TemporaryDirectory(prefix="harness-faults-") as tmp:
+        work = Path(tmp)
+        base_dir = work / "baselines"
+        checks = list(dict.fromkeys(c for fault in selected for c in fault.checks))
+        say(f"clean run: {len(checks)} check selections, recording a fresh baseline")
+        clean = run_pytest([*checks, "--device", device, "--baseline", "record",
+                            "--baseline-dir", str(base_dir)], work / "clean",
+                           root=root, timeout=timeout)
+        say(f"clean run: exit {clean.exit_code}, {len(clean.outcomes)} tests, "
+            f"{clean.seconds:.0f} s")
+
+        def one(index_fault: tuple[int, Fault]) -> FaultResult:
+            index, fault = index_fault
+            outcome = run_pytest([*fault.checks, *fault.pytest_args, "--device", device,
+                                  "--inject-fault", fault.name, "--baseline", "compare",
+                                  "--baseline-dir", str(base_dir)], work / f"fault{index}",
+                                 root=root, timeout=timeout)
+            result = FaultResult(fault, outcome)
+            say(f"{fault.name}: {'caught' if result.caught else 'NOT CAUGHT'} "
+                f"({len(result.caught_by)} failing, {outcome.seconds:.0f} s)")
+            return result
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            found = list(pool.map(one, enumerate(selected)))
+    return clean, found
+
+
+def clean_ok(clean: RunOutcome) -> bool:
+    return clean.exit_code == 0 and bool(clean.outcomes)
+
+
+def report_json(clean: RunOutcome, found: Sequence[FaultResult]) -> dict:
+    return {"clean_ok": clean_ok(clean), "clean_seconds": round(clean.seconds, 1),
+            "clean_failed": clean.failed, "faults": [r.to_json() for r in found]}
+
+
+def report_text(clean: RunOutcome, found: Sequence[FaultResult]) -> str:
+    lines = [f"clean run: {'green' if clean_ok(clean) else 'NOT GREEN'} "
+             f"({len(clean.outcomes)} tests, {clean.seconds:.0f} s)"]
+    lines += [f"  failed clean: {n}" for n in clean.failed]
+    if not clean.outcomes:
+        lines.append("  the clean run ran no test; its output ends:")
+        lines += [f"    {line}" for line in clean.output.splitlines()[-15:]]
+    width = max([len(r.fault.name) for r in found] + [5])
+    lines.append(f"{'fault':<{width}}  {'family':<12} caught  caught by")
+    for r in found:
+        first = r.caught_by[0] if r.caught_by else "-"
+        more = f" (+{len(r.caught_by) - 1} more)" if len(r.caught_by) > 1 else ""
+        lines.append(f"{r.fault.name:<{width}}  {r.fault.family:<12} "
+                     f"{'yes' if r.caught else 'NO':<7} {first}{more}")
+    missed = [r.fault.name for r in found if not r.caught]
+    lines.append(f"{len(found) - len(missed)}/{len(found)} faults caught"
+                 + (f"; NOT caught: {', '.join(missed)}" if missed else ""))
+    return "\n".join(lines)

@@ -1,0 +1,178 @@
+"""Reference models, written here (no torchvision): small on CPU, full size on hardware.
+
+- :class:`SimpleCNN`: the field's CIFAR model (conv 3->32, BN, relu, pool; conv 32->64,
+  BN, relu, pool; fc 4096->512, dropout 0.5; fc 512->10).
+- :func:`resnet`: CIFAR-style ResNet of BasicBlocks; ``resnet("full")`` is ResNet-18
+  proper (widths 64..512, blocks 2-2-2-2), ``resnet("small")`` a CPU-sized one.
+- :class:`TransformerBlock`: pre-LayerNorm attention + MLP block, with a classifier head.
+- :class:`DeepMLP`: a stack of identical blocks (for checkpointing measurements).
+
+Every model exposes ``blocks()``: the sub-modules a per-block gradient checkpoint wraps.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+from torch import nn
+
+
+class SimpleCNN(nn.Module):
+    """The field's SimpleCNN for 32x32x3 inputs and 10 classes."""
+
+    def __init__(self, num_classes: int = 10, dropout: float = 0.5) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 32, 3, padding=1)
+        self.bn1 = nn.BatchNorm2d(32)
+        self.conv2 = nn.Conv2d(32, 64, 3, padding=1)
+        self.bn2 = nn.BatchNorm2d(64)
+        self.pool = nn.MaxPool2d(2)
+        self.fc1 = nn.Linear(64 * 8 * 8, 512)
+        self.dropout = nn.Dropout(dropout)
+        self.fc2 = nn.Linear(512, num_classes)
+        self.stage1 = nn.Sequential(self.conv1, self.bn1, nn.ReLU(), self.pool)
+        self.stage2 = nn.Sequential(self.conv2, self.bn2, nn.ReLU(), self.pool)
+        self.head = nn.Sequential(nn.Flatten(), self.fc1, nn.ReLU(), self.dropout, self.fc2)
+
+    def blocks(self) -> Sequence[nn.Module]:
+        return [self.stage1, self.stage2, self.head]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks():
+            x = block(x)
+        return x
+
+
+class BasicBlock(nn.Module):
+    """ResNet's BasicBlock: two 3x3 convs with BN, identity or 1x1 projection shortcut."""
+
+    def __init__(self, cin: int, cout: int, stride: int = 1) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.shortcut = nn.Sequential()
+        if stride != 1 or cin != cout:
+            self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
+                                          nn.BatchNorm2d(cout))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = torch.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return torch.relu(out + self.shortcut(x))
+
+
+class CifarResNet(nn.Module):
+    """CIFAR-style ResNet (3x3 stem, no max-pool) of BasicBlocks."""
+
+    def __init__(self, widths: Sequence[int] = (64, 128, 256, 512),
+                 depths: Sequence[int] = (2, 2, 2, 2), num_classes: int = 10) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, widths[0], 3, 1, 1, bias=False),
+                                  nn.BatchNorm2d(widths[0]), nn.ReLU())
+        layers, cin = [], widths[0]
+        for stage, (width, depth) in enumerate(zip(widths, depths)):
+            for index in range(depth):
+                stride = 2 if stage > 0 and index == 0 else 1
+                layers.append(BasicBlock(cin, width, stride))
+                cin = width
+        self.layers = nn.Sequential(*layers)
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                                  nn.Linear(cin, num_classes))
+
+    def blocks(self) -> Sequence[nn.Module]:
+        return [self.stem, *self.layers, self.head]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks():
+            x = block(x)
+        return x
+
+
+RESNET_SCALES = {
+    "small": dict(widths=(16, 32, 64, 128), depths=(1, 1, 1, 1)),
+    "full": dict(widths=(64, 128, 256, 512), depths=(2, 2, 2, 2)),  # ResNet-18
+}
+
+
+def resnet(scale: str = "small", num_classes: int = 10) -> CifarResNet:
+    """A CIFAR ResNet at a named scale (``small`` for CPU, ``full`` = ResNet-18)."""
+    if scale not in RESNET_SCALES:
+        raise ValueError(f"unknown ResNet scale {scale!r}; choose from {sorted(RESNET_SCALES)}")
+    return CifarResNet(num_classes=num_classes, **RESNET_SCALES[scale])
+
+
+class TransformerBlock(nn.Module):
+    """Pre-LN transformer block (LayerNorm, multi-head attention, MLP)."""
+
+    def __init__(self, dim: int = 64, heads: int = 4, mlp_ratio: int = 4,
+                 dropout: float = 0.0) -> None:
+        super().__init__()
+        if dim % heads:
+            raise ValueError(f"dim {dim} is not divisible by heads {heads}")
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.ln2 = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, mlp_ratio * dim), nn.GELU(),
+                                 nn.Linear(mlp_ratio * dim, dim))
+        self.dropout = nn.Dropout(dropout)
+
+    def attention(self, x: torch.Tensor) -> torch.Tensor:
+        batch, tokens, dim = x.shape
+        q, k, v = self.qkv(x).reshape(batch, tokens, 3, self.heads, dim // self.heads) \
+            .permute(2, 0, 3, 1, 4)
+        scores = (q @ k.transpose(-2, -1)) / math.sqrt(dim // self.heads)
+        out = torch.softmax(scores, dim=-1) @ v
+        return self.proj(out.transpose(1, 2).reshape(batch, tokens, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.dropout(self.attention(self.ln1(x)))
+        return x + self.dropout(self.mlp(self.ln2(x)))
+
+
+class TinyTransformer(nn.Module):
+    """Patch embedding of 32x32x3 images, ``depth`` TransformerBlocks, a classifier."""
+
+    def __init__(self, dim: int = 64, depth: int = 2, heads: int = 4, patch: int = 8,
+                 num_classes: int = 10) -> None:
+        super().__init__()
+        self.embed = nn.Conv2d(3, dim, patch, patch)
+        self.pos = nn.Parameter(torch.zeros(1, (32 // patch) ** 2, dim))
+        self.layers = nn.Sequential(*[TransformerBlock(dim, heads) for _ in range(depth)])
+        self.norm = nn.LayerNorm(dim)
+        self.fc = nn.Linear(dim, num_classes)
+
+    def blocks(self) -> Sequence[nn.Module]:
+        return list(self.layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.embed(x).flatten(2).transpose(1, 2) + self.pos
+        x = self.layers(x)
+        return self.fc(self.norm(x).mean(dim=1))
+
+
+class DeepMLP(nn.Module):
+    """``depth`` blocks of Linear-ReLU(-Dropout) of equal width: checkpointing's textbook case."""
+
+    def __init__(self, width: int = 256, depth: int = 8, in_features: int = 256,
+                 num_classes: int = 10, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.inp = nn.Linear(in_features, width)
+        self.layers = nn.ModuleList(
+            nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Dropout(dropout))
+            for _ in range(depth))
+        self.out = nn.Linear(width, num_classes)
+
+    def blocks(self) -> Sequence[nn.Module]:
+        return list(self.layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.inp(x)
+        for block in self.layers:
+            x = block(x)
+        return self.out(x)

@@ -1,0 +1,534 @@
+"""The pytest plugin: options, markers, fixtures and hooks. Glue only.
+
+Logic lives in plain modules that take values (:mod:`harness.device`,
+:mod:`harness.baselines`, :mod:`harness.regress`, ...); this file reads the pytest
+``Config`` once, turns it into a :class:`Settings` and a run state kept in
+``config.stash``, and wires records into reports.
+
+Note [Records travel with reports]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+A test's records are compared with the baseline where the test ran (so a regression
+fails *that* test), then attached to its report as a ``user_properties`` entry. The
+process that writes results (the only one without ``workerinput``: the xdist
+controller, or the single process) collects them in ``pytest_runtest_logreport``;
+xdist serialises ``user_properties``, so records reach the controller unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as _dt
+import json
+import os
+import random
+import re
+import zlib
+from pathlib import Path
+from typing import Any, Optional
+
+import pytest
+
+from harness import baselines, faults, regress
+from harness import results as results_mod
+from harness.device import DEVICE_TYPES, Device, DeviceUnavailable, select, xdist_worker_index
+from harness.results import Record, RunResults
+from harness.stack import fingerprint as make_fingerprint
+from harness.stack import split_stack_id
+
+SUITES_DIR = "suites"
+PROPERTY = "harness"
+HYPOTHESIS_PROFILES = {
+    # ci: fast and derandomised, so CI is reproducible; nightly: many more examples.
+    "ci": {"max_examples": 40, "derandomize": True, "deadline": None,
+           "print_blob": True},
+    "nightly": {"max_examples": 1000, "deadline": None, "print_blob": True},
+}
+HYPOTHESIS_ENV = "HARNESS_HYPOTHESIS_PROFILE"
+
+
+# --------------------------------------------------------------------------- options
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
+    return value
+
+
+def _stack_id(text: str) -> str:
+    try:
+        split_stack_id(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _regex(text: str) -> str:
+    try:
+        re.compile(text)
+    except re.error as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a regular expression: {exc}") from None
+    return text
+
+
+# Every option in one table: (flags, argparse keyword arguments). One place to add one.
+OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
+    (("--device",), dict(default="auto", choices=("auto", *DEVICE_TYPES), metavar="TYPE",
+                         help="Device under test: auto, npu, cuda, xpu, mps or cpu; auto "
+                              "picks npu > cuda > xpu > mps > cpu. Default: %(default)r")),
+    (("--baseline",), dict(default="compare", choices=("compare", "record", "off"),
+                           metavar="MODE",
+                           help="compare: fail on regressions against the stored baseline; "
+                                "record: store this run as its stack's baseline; off. "
+                                "Default: %(default)r")),
+    (("--baseline-dir",), dict(default=None, metavar="PATH",
+                               help="Baseline store (<PATH>/<device_type>/<device_slug>/"
+                                    "<stack_id>.json). Default: baselines/ in the rootdir")),
+    (("--baseline-against",), dict(default=None, metavar="STACK_ID", type=_stack_id,
+                                   help="Compare against this stored stack (e.g. "
+                                        "cann-8.0.RC3) instead of the same or newest older "
+                                        "one. Default: %(default)r")),
+    (("--results-dir",), dict(default=None, metavar="PATH",
+                              help="Where each run writes <UTC time>-<device>.json. "
+                                   "Default: results/ in the rootdir")),
+    (("--alerts",), dict(default=None, metavar="PATH",
+                         help="Write regressions and improvements to PATH (JSON) and "
+                              "PATH's .md sibling (Markdown). Default: %(default)r")),
+    (("--inject-fault",), dict(action="append", default=[], metavar="NAME",
+                               help="Activate a fault for the whole run (repeatable); NAME "
+                                    "or package.module:NAME. Default: none")),
+    (("--seed",), dict(default=0, type=_non_negative_int, metavar="N",
+                       help="Global seed; each test is seeded with N + crc32(nodeid). "
+                            "Default: %(default)r")),
+    (("--run-slow",), dict(action="store_true", default=False,
+                           help="Run checks marked slow (large sweeps). Default: %(default)r")),
+    (("--op-filter",), dict(default=None, metavar="REGEX", type=_regex,
+                            help="Only op cases whose id matches REGEX (re.search). "
+                                 "Default: %(default)r")),
+    (("--op-budget",), dict(default=600.0, metavar="SECONDS", type=_positive_float,
+                            help="Time budget of the OpInfo sweep; cases past it are "
+                                 "skipped. Default: %(default)r")),
+    (("--training-scale",), dict(default="small", choices=("small", "full"), metavar="SCALE",
+                                 help="small: CPU-sized models and step counts; full: "
+                                      "ResNet-18 proper and longer runs (hardware). "
+                                      "Default: %(default)r")),
+    (("--dist-timeout",), dict(default=120.0, metavar="SECONDS", type=_positive_float,
+                               help="Kill a distributed check's ranks after this long and "
+                                    "fail naming the hung ranks. Default: %(default)r")),
+]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("harness", "NPU conformance harness")
+    for flags, kwargs in OPTIONS:
+        group.addoption(*flags, **kwargs)
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """The run's options as plain values (what fixtures hand to the suites)."""
+
+    device_request: str = "auto"
+    baseline_mode: str = "compare"
+    baseline_dir: Path = Path("baselines")
+    baseline_against: Optional[str] = None
+    results_dir: Path = Path("results")
+    alerts: Optional[Path] = None
+    faults: tuple[str, ...] = ()
+    seed: int = 0
+    run_slow: bool = False
+    op_filter: Optional[str] = None
+    op_budget: float = 600.0
+    training_scale: str = "small"
+    dist_timeout: float = 120.0
+
+
+def _settings(config: pytest.Config) -> Settings:
+    opt = config.getoption
+    root, here = config.rootpath, config.invocation_params.dir
+
+    def place(value: Optional[str], default: str) -> Path:
+        return root / default if value is None else (here / value).resolve()
+
+    if opt("baseline") == "record" and opt("baseline_against"):
+        raise pytest.UsageError("--baseline record writes this stack's own baseline and "
+                                "cannot be combined with --baseline-against; drop one")
+    markexpr = config.getoption("markexpr", "") or ""
+    return Settings(
+        device_request=opt("device"), baseline_mode=opt("baseline"),
+        baseline_dir=place(opt("baseline_dir"), "baselines"),
+        baseline_against=opt("baseline_against"),
+        results_dir=place(opt("results_dir"), "results"),
+        alerts=(here / opt("alerts")).resolve() if opt("alerts") else None,
+        faults=tuple(opt("inject_fault")), seed=opt("seed"),
+        run_slow=bool(opt("run_slow")) or bool(re.search(r"\bslow\b", markexpr)
+                                               and "not slow" not in markexpr),
+        op_filter=opt("op_filter"), op_budget=opt("op_budget"),
+        training_scale=opt("training_scale"), dist_timeout=opt("dist_timeout"),
+    )
+
+
+# ------------------------------------------------------------------------ run state
+
+@dataclasses.dataclass
+class RunState:
+    settings: Settings
+    device: Device
+    why: list[str]
+    run: RunResults
+    selection: Optional[baselines.Selection]
+    controller: bool
+    findings: list[regress.Finding] = dataclasses.field(default_factory=list)
+    errors: list[str] = dataclasses.field(default_factory=list)
+    written: list[str] = dataclasses.field(default_factory=list)
+
+
+STATE = pytest.StashKey[RunState]()
+RECORDER = pytest.StashKey["Recorder"]()
+SEED = pytest.StashKey[int]()
+
+
+def _utc_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    _load_hypothesis_profile(config)
+    settings = _settings(config)
+    try:
+        faults.set_active(settings.faults)
+    except faults.FaultError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    worker = xdist_worker_index()
+    try:
+        device, probes = select(settings.device_request, index=worker or 0)
+    except DeviceUnavailable as exc:
+        raise pytest.UsageError(str(exc)) from None
+    why = [f"{p.type} not used: {p.reason}" for p in probes if not p.available]
+    run = RunResults(fingerprint=make_fingerprint(device), started=_utc_now(), seed=settings.seed,
+                     faults=list(settings.faults))
+    selection = None
+    if settings.baseline_mode == "compare":
+        selection = baselines.select(settings.baseline_dir, run.fingerprint,
+                                     settings.baseline_against)
+        run.baseline = str(selection.path) if selection.path else None
+    state = RunState(settings, device, why, run, selection,
+                     controller=not hasattr(config, "workerinput"))
+    if selection is not None and selection.error:
+        state.errors.append(f"baseline error: {selection.error}")
+    config.stash[STATE] = state
+
+
+def _load_hypothesis_profile(config: pytest.Config) -> None:
+    try:
+        from hypothesis import settings as hsettings
+    except ImportError:  # pragma: no cover - hypothesis is a dependency
+        return
+    for name, values in HYPOTHESIS_PROFILES.items():
+        hsettings.register_profile(name, **values)
+    if config.getoption("hypothesis_profile", None) is None:  # hypothesis' own option wins
+        name = os.environ.get(HYPOTHESIS_ENV, "ci")
+        if name not in HYPOTHESIS_PROFILES:
+            raise pytest.UsageError(f"{HYPOTHESIS_ENV}={name!r} (from the environment) is not "
+                                    f"a profile; choose from {sorted(HYPOTHESIS_PROFILES)}")
+        hsettings.load_profile(name)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    state = config.stash.get(STATE, None)
+    if state is None:
+        return []
+    fp = state.run.fingerprint
+    how = "requested" if state.settings.device_request != "auto" else "auto"
+    lines = [f"harness: device {state.device.type}:{state.device.index} "
+             f"({fp['device_name']}) [{how}]"]
+    lines += [f"harness:   {reason}" for reason in state.why]
+    versions = ", ".join(f"{k} {fp[k]}" for k in ("torch", "torch_npu", "cann", "cuda_runtime",
+                                                   "driver", "python") if fp.get(k))
+    lines.append(f"harness: stack {fp['stack_id']} ({versions}); "
+                 f"{fp['device_type']}/{fp['device_slug']}")
+    if state.settings.baseline_mode == "record":
+        target = baselines.path_for(state.settings.baseline_dir, fp)
+        lines.append(f"harness: baseline: recording to {target}")
+    elif state.selection is None:
+        lines.append("harness: baseline: off")
+    elif state.selection.error:
+        lines.append(f"harness: baseline: ERROR {state.selection.error}")
+    elif state.selection.path is None:
+        lines.append(f"harness: baseline: {state.selection.reason}")
+    else:
+        lines.append(f"harness: baseline: {state.selection.path} — {state.selection.reason}")
+    lines.append(f"harness: seed {state.settings.seed} (+ crc32(nodeid) per test)")
+    if state.settings.faults:
+        lines.append(f"harness: INJECTED FAULTS: {', '.join(state.settings.faults)}")
+    return lines
+
+
+# ------------------------------------------------------------------------ collection
+
+def _suite_area(item: pytest.Item) -> Optional[str]:
+    """``suites/<area>/...`` -> area; None for tests outside ``suites/``."""
+    try:
+        rel = Path(item.path).resolve().relative_to(item.config.rootpath.resolve())
+    except ValueError:
+        return None
+    parts = rel.parts
+    return parts[1] if len(parts) > 2 and parts[0] == SUITES_DIR else None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    state = config.stash.get(STATE, None)
+    skip_slow = pytest.mark.skip(reason="slow check: run with --run-slow (or -m slow)")
+    for item in items:
+        if _suite_area(item) is not None:
+            item.add_marker(pytest.mark.npu)
+        if state is not None and not state.settings.run_slow and item.get_closest_marker("slow"):
+            item.add_marker(skip_slow)
+
+
+# -------------------------------------------------------------------------- fixtures
+
+class Recorder:
+    """What the ``results`` fixture hands a check: record what you measured."""
+
+    def __init__(self, item: pytest.Item, state: RunState) -> None:
+        self.nodeid = item.nodeid
+        self.device = state.device
+        self.settings = state.settings
+        self.records: list[Record] = []
+        self.seed = item.stash.get(SEED, state.settings.seed)
+
+    @property
+    def reproduce(self) -> str:
+        """A one-line command that runs this check alone, same device and seed."""
+        return (f"python -m pytest '{self.nodeid}' --device {self.device.type} "
+                f"--seed {self.settings.seed} -p no:randomly")
+
+    def record(self, record_id: str, *, status: str = "pass",
+               metrics: Optional[dict] = None, rules: Optional[dict] = None,
+               message: str = "", info: Optional[dict] = None) -> Record:
+        """Record one measurement. A ``fail``/``error`` status fails the test with ``message``."""
+        rec = Record(id=record_id, status=status, metrics=dict(metrics or {}),
+                     rules=dict(rules or {}), test=self.nodeid, message=message,
+                     info=dict(info or {}))
+        if any(r.id == record_id for r in self.records):
+            raise ValueError(f"record id {record_id!r} recorded twice by {self.nodeid}")
+        self.records.append(rec)
+        return rec
+
+
+@pytest.fixture(scope="session")
+def harness_state(pytestconfig: pytest.Config) -> RunState:
+    return pytestconfig.stash[STATE]
+
+
+@pytest.fixture(scope="session")
+def device(harness_state: RunState) -> Device:
+    """The device under test (session-wide)."""
+    return harness_state.device
+
+
+@pytest.fixture(scope="session")
+def settings(harness_state: RunState) -> Settings:
+    """The run's options as plain values."""
+    return harness_state.settings
+
+
+@pytest.fixture
+def results(request: pytest.FixtureRequest, harness_state: RunState) -> Recorder:
+    """Record measurements: ``results.record(id, status=..., metrics=..., rules=...)``."""
+    recorder = Recorder(request.node, harness_state)
+    request.node.stash[RECORDER] = recorder
+    return recorder
+
+
+def seed_for(global_seed: int, nodeid: str) -> int:
+    """The seed of one test: the global seed plus crc32 of its node id (never hash())."""
+    return (global_seed + zlib.crc32(nodeid.encode("utf-8"))) & 0xFFFFFFFF
+
+
+@pytest.fixture(autouse=True)
+def _harness_seed(request: pytest.FixtureRequest, pytestconfig: pytest.Config) -> int:
+    state = pytestconfig.stash.get(STATE, None)
+    base = state.settings.seed if state else 0
+    seed = seed_for(base, request.node.nodeid)
+    request.node.stash[SEED] = seed
+    random.seed(seed)
+    try:
+        import numpy
+
+        numpy.random.seed(seed)
+    except ImportError:  # pragma: no cover - numpy is a dependency
+        pass
+    if state is not None:
+        state.device.seed(seed)
+    return seed
+
+
+# ---------------------------------------------------------------------------- hooks
+
+def auto_record_id(nodeid: str) -> str:
+    """``suites/norm/test_bn.py::TestX::test_y[fp16]`` -> ``norm/test_bn/TestX/test_y[fp16]``."""
+    path, _, rest = nodeid.partition("::")
+    parts = Path(path).with_suffix("").parts
+    if parts and parts[0] == SUITES_DIR:
+        parts = parts[1:]
+    return "/".join([*parts, *rest.split("::")])
+
+
+def _status_of(report: pytest.TestReport) -> str:
+    if report.passed:
+        return "pass"
+    if report.skipped:
+        return "fail" if hasattr(report, "wasxfail") else "skip"
+    return "fail" if report.when == "call" else "error"
+
+
+def _fail(report: pytest.TestReport, text: str) -> None:
+    if report.passed:
+        report.outcome = "failed"
+        report.longrepr = text
+    else:
+        report.sections.append(("harness", text))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    report = yield
+    state = item.config.stash.get(STATE, None)
+    if state is None or _suite_area(item) is None:
+        return report
+    if not (report.when == "call" or (report.when == "setup" and not report.passed)):
+        return report
+    recorder = item.stash.get(RECORDER, None)
+    records = list(recorder.records) if recorder else []
+    if not records:
+        records = [Record(id=auto_record_id(item.nodeid), status=_status_of(report),
+                          test=item.nodeid)]
+    failing = [r for r in records if r.status in ("fail", "error")]
+    if failing and report.passed:
+        _fail(report, "\n".join(f"{r.id}: {r.message or r.status}" for r in failing))
+    findings: list[regress.Finding] = []
+    selection = state.selection
+    if selection is not None and selection.results is not None:
+        for rec in records:
+            base = selection.results.records.get(rec.id)
+            if base is not None:
+                findings.extend(regress.compare_record(rec, base, selection.stack_id or ""))
+    regressions = [f for f in findings if f.kind == "regression"]
+    if regressions:
+        reproduce = recorder.reproduce if recorder else f"python -m pytest '{item.nodeid}'"
+        _fail(report, regress.failure_message(regressions, reproduce))
+    payload = {"records": {r.id: r.to_json() for r in records},
+               "findings": [f.to_json() for f in findings]}
+    report.user_properties.append((PROPERTY, json.dumps(payload)))
+    return report
+
+
+class _Collector:
+    """Gathers records and outcomes from reports (Note [Records travel with reports])."""
+
+    def __init__(self, state: RunState) -> None:
+        self.state = state
+
+    @pytest.hookimpl
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "call" or not report.passed:
+            if report.when == "call" or report.nodeid not in self.state.run.outcomes:
+                self.state.run.outcomes[report.nodeid] = report.outcome
+        for key, value in report.user_properties:
+            if key != PROPERTY:
+                continue
+            payload = json.loads(value)
+            for record_id, data in payload["records"].items():
+                self.state.run.add(Record.from_json(record_id, data))
+            self.state.findings.extend(regress.Finding(**{k: v for k, v in f.items()
+                                                          if k != "message"})
+                                       for f in payload["findings"])
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    state = session.config.stash.get(STATE, None)
+    if state is not None and state.controller:
+        session.config.pluginmanager.register(_Collector(state), "harness-collector")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    state = session.config.stash.get(STATE, None)
+    if state is None or not state.controller:
+        return
+    run, settings = state.run, state.settings
+    run.finished = _utc_now()
+    selection = state.selection
+    if selection is not None and selection.results is not None:
+        state.findings.extend(f for f in regress.compare(
+            run, selection.results, selection.stack_id or "", ran_ids=run.outcomes)
+            if f.kind in ("new", "missing"))
+    run.findings = [f.to_json() for f in state.findings if f.kind in ("regression",
+                                                                     "improvement")]
+    if not run.records and not run.outcomes:
+        return  # nothing ran (e.g. --collect-only): write nothing
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    try:
+        path = results_mod.write(run, settings.results_dir / f"{stamp}-{state.device.type}.json")
+        state.written.append(f"results: {path}")
+    except OSError as exc:
+        state.errors.append(f"cannot write results to {settings.results_dir}: {exc}")
+    if settings.baseline_mode == "record":
+        try:
+            path = baselines.record(settings.baseline_dir, run)
+            state.written.append(f"baseline recorded: {path} ({len(run.records)} records)")
+        except (baselines.BaselineError, OSError) as exc:
+            state.errors.append(f"baseline not recorded: {exc}")
+    if settings.alerts is not None:
+        context = {"device": f"{state.device.type} ({run.fingerprint['device_name']})",
+                   "stack_id": run.fingerprint["stack_id"],
+                   "baseline": str(selection.path) if selection and selection.path else None,
+                   "started": run.started, "finished": run.finished}
+        for written in regress.write_alerts(settings.alerts, state.findings, context):
+            state.written.append(f"alerts: {written}")
+    if state.errors and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    state = config.stash.get(STATE, None)
+    if state is None or not state.controller:
+        return
+    by_kind: dict[str, list[regress.Finding]] = {}
+    for finding in state.findings:
+        by_kind.setdefault(finding.kind, []).append(finding)
+    if not (by_kind or state.errors or state.written):
+        return
+    tr = terminalreporter
+    tr.section("harness")
+    for error in state.errors:
+        tr.write_line(f"ERROR {error}", red=True, bold=True)
+    for kind, colour in (("regression", {"red": True}), ("improvement", {"green": True})):
+        found = by_kind.get(kind, [])
+        if found:
+            tr.write_line(f"{len(found)} {kind}(s):", bold=True, **colour)
+            for finding in found:
+                tr.write_line(f"  {finding.message}")
+    counts = ", ".join(f"{len(by_kind.get(k, []))} {k}" for k in ("new", "missing"))
+    tr.write_line(f"{len(state.run.records)} records; vs baseline: "
+                  f"{len(by_kind.get('regression', []))} regression, "
+                  f"{len(by_kind.get('improvement', []))} improvement, {counts}")
+    for line in state.written:
+        tr.write_line(line)

@@ -1,0 +1,282 @@
+"""Records and run results: the data model every check writes and baselines keep.
+
+A :class:`Record` is what one check measured (pass or fail): a status, metrics, and a
+:class:`Rule` per metric saying which direction is better and how much change is a
+regression. A :class:`RunResults` is one run's records plus its fingerprint; a baseline
+is a results file kept (see :mod:`harness.baselines`). Schema: DESIGN.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Optional, Union
+
+SCHEMA_VERSION = 1
+STATUSES = ("pass", "fail", "error", "unsupported", "fallback", "skip")
+BETTER = ("lower", "higher", "equal")
+
+MetricValue = Union[float, int, bool, str, None]
+
+
+class SchemaError(ValueError):
+    """A results or baseline document that does not follow the schema."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """How a metric may change before it is a regression.
+
+    ``better="lower"``: regression when ``new > max(old * rel, old + abs)``;
+    ``better="higher"``: regression when ``new < min(old / rel, old - abs)``;
+    ``better="equal"``: regression when ``|new - old| > abs`` (or when non-numeric
+    values differ). ``abs`` is the absolute floor, so a baseline of exactly 0.0 does not
+    turn 1e-9 into an infinite regression. ``noise`` (optional) makes the comparison
+    noise-aware: the record carries ``<metric>.spread`` (e.g. the samples' MAD), and a
+    change must also exceed ``noise`` times the combined spread.
+    """
+
+    better: str = "lower"
+    rel: float = 2.0
+    abs: float = 0.0
+    noise: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        if self.better not in BETTER:
+            raise SchemaError(f"rule better={self.better!r}; expected one of {BETTER}")
+        if not (isinstance(self.rel, (int, float)) and self.rel >= 1.0):
+            raise SchemaError(f"rule rel={self.rel!r}; expected a ratio >= 1.0")
+        if not (isinstance(self.abs, (int, float)) and self.abs >= 0):
+            raise SchemaError(f"rule abs={self.abs!r}; expected a number >= 0")
+
+    def to_json(self) -> dict:
+        out = {"better": self.better, "rel": self.rel, "abs": self.abs}
+        if self.noise is not None:
+            out["noise"] = self.noise
+        return out
+
+    @classmethod
+    def from_json(cls, data: Any) -> "Rule":
+        if isinstance(data, Rule):
+            return data
+        if not isinstance(data, dict):
+            raise SchemaError(f"rule {data!r} is not an object")
+        unknown = set(data) - {"better", "rel", "abs", "noise"}
+        if unknown:
+            raise SchemaError(f"rule has unknown keys {sorted(unknown)}")
+        return cls(**data)
+
+    def describe(self) -> str:
+        noise = f", noise x{self.noise}" if self.noise is not None else ""
+        return f"{self.better} is better, ratio {self.rel:g}, floor {self.abs:g}{noise}"
+
+
+def lower(rel: float = 2.0, abs: float = 0.0, **kw) -> Rule:  # noqa: A002 - mirrors JSON
+    """A rule for an error-like metric (lower is better)."""
+    return Rule("lower", rel, abs, **kw)
+
+
+def higher(rel: float = 1.0, abs: float = 0.0, **kw) -> Rule:  # noqa: A002
+    """A rule for a quality-like metric (higher is better)."""
+    return Rule("higher", max(rel, 1.0), abs, **kw)
+
+
+def equal(abs: float = 0.0) -> Rule:  # noqa: A002
+    """A rule for a metric that must not change (dtypes, counts, max batch)."""
+    return Rule("equal", 1.0, abs)
+
+
+@dataclasses.dataclass
+class Record:
+    """What one check measured."""
+
+    id: str
+    status: str = "pass"
+    metrics: dict[str, MetricValue] = dataclasses.field(default_factory=dict)
+    rules: dict[str, Rule] = dataclasses.field(default_factory=dict)
+    suite: str = ""
+    test: str = ""
+    message: str = ""
+    info: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.id or not isinstance(self.id, str):
+            raise SchemaError(f"record id {self.id!r} must be a non-empty string")
+        if self.status not in STATUSES:
+            raise SchemaError(f"record {self.id}: status {self.status!r}; expected one of "
+                              f"{STATUSES}")
+        self.rules = {name: Rule.from_json(rule) for name, rule in self.rules.items()}
+        self.metrics = {name: _clean_metric(self.id, name, value)
+                        for name, value in self.metrics.items()}
+        missing = set(self.rules) - set(self.metrics)
+        if missing:
+            raise SchemaError(f"record {self.id}: rules for metrics it lacks: {sorted(missing)}")
+        if not self.suite:
+            self.suite = self.id.split("/", 1)[0]
+
+    def to_json(self) -> dict:
+        out: dict[str, Any] = {"suite": self.suite, "status": self.status,
+                               "metrics": dict(self.metrics),
+                               "rules": {k: r.to_json() for k, r in self.rules.items()}}
+        if self.test:
+            out["test"] = self.test
+        if self.message:
+            out["message"] = self.message
+        if self.info:
+            out["info"] = self.info
+        return out
+
+    @classmethod
+    def from_json(cls, record_id: str, data: Any) -> "Record":
+        if not isinstance(data, dict):
+            raise SchemaError(f"record {record_id}: not an object")
+        unknown = set(data) - {"suite", "status", "metrics", "rules", "test", "message", "info"}
+        if unknown:
+            raise SchemaError(f"record {record_id}: unknown keys {sorted(unknown)}")
+        for key, kind in (("metrics", dict), ("rules", dict), ("info", dict)):
+            if key in data and not isinstance(data[key], kind):
+                raise SchemaError(f"record {record_id}: {key} must be an object")
+        return cls(id=record_id, status=data.get("status", ""), metrics=data.get("metrics", {}),
+                   rules=data.get("rules", {}), suite=data.get("suite", ""),
+                   test=data.get("test", ""), message=data.get("message", ""),
+                   info=data.get("info", {}))
+
+
+def _clean_metric(record_id: str, name: str, value: Any) -> MetricValue:
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, (int, float)):
+        if isinstance(value, float) and not math.isfinite(value):
+            return repr(value)  # JSON has no inf/nan; keep it readable and comparable
+        return value
+    try:  # numpy / torch scalars
+        return _clean_metric(record_id, name, value.item())
+    except AttributeError:
+        raise SchemaError(f"record {record_id}: metric {name}={value!r} is not a JSON "
+                          "scalar") from None
+
+
+@dataclasses.dataclass
+class RunResults:
+    """One run: fingerprint, records, per-test outcomes, and what regress found."""
+
+    fingerprint: dict[str, Any]
+    records: dict[str, Record] = dataclasses.field(default_factory=dict)
+    started: str = ""
+    finished: str = ""
+    seed: Optional[int] = None
+    outcomes: dict[str, str] = dataclasses.field(default_factory=dict)
+    findings: list[dict] = dataclasses.field(default_factory=list)
+    baseline: Optional[str] = None
+    faults: list[str] = dataclasses.field(default_factory=list)
+
+    def add(self, record: Record) -> None:
+        self.records[record.id] = record
+
+    def to_json(self) -> dict:
+        out: dict[str, Any] = {
+            "schema_version": SCHEMA_VERSION, "fingerprint": self.fingerprint,
+            "started": self.started, "finished": self.finished, "seed": self.seed,
+            "records": {rid: self.records[rid].to_json() for rid in sorted(self.records)},
+        }
+        if self.outcomes:
+            out["outcomes"] = dict(sorted(self.outcomes.items()))
+        if self.findings:
+            out["findings"] = self.findings
+        if self.baseline:
+            out["baseline"] = self.baseline
+        if self.faults:
+            out["faults"] = self.faults
+        return out
+
+    @classmethod
+    def from_json(cls, data: Any) -> "RunResults":
+        if not isinstance(data, dict):
+            raise SchemaError("top level is not an object")
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise SchemaError(f"schema_version is {version!r}, this harness reads "
+                              f"{SCHEMA_VERSION}; it was written by another tool or version")
+        fingerprint = data.get("fingerprint")
+        if not isinstance(fingerprint, dict) or "device_type" not in fingerprint \
+                or "stack_id" not in fingerprint:
+            raise SchemaError("fingerprint is missing or lacks device_type/stack_id")
+        records = data.get("records")
+        if not isinstance(records, dict):
+            raise SchemaError("records is missing or not an object")
+        return cls(fingerprint=fingerprint,
+                   records={rid: Record.from_json(rid, rec) for rid, rec in records.items()},
+                   started=data.get("started", ""), finished=data.get("finished", ""),
+                   seed=data.get("seed"), outcomes=data.get("outcomes", {}),
+                   findings=data.get("findings", []), baseline=data.get("baseline"),
+                   faults=data.get("faults", []))
+
+
+# ------------------------------------------------------------------------------ I/O
+
+def atomic_write_text(path: Union[str, Path], text: str) -> None:
+    """Write ``text`` so that ``path`` holds either the old or the new content, never half.
+
+    Temp file in the same folder, flush, fsync, rename over the target, fsync the folder.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with _suppress_oserror():
+            os.unlink(tmp)
+        raise
+    with _suppress_oserror():
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+class _suppress_oserror:  # noqa: N801 - used like contextlib.suppress
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, value, tb):
+        return kind is not None and issubclass(kind, OSError)
+
+
+def dumps(results: RunResults) -> str:
+    return json.dumps(results.to_json(), indent=1, sort_keys=False, allow_nan=False) + "\n"
+
+
+def write(results: RunResults, path: Union[str, Path]) -> Path:
+    atomic_write_text(path, dumps(results))
+    return Path(path)
+
+
+def load(path: Union[str, Path]) -> RunResults:
+    """Read a results/baseline file; errors name the file and, for bad JSON, the line."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SchemaError(f"{path}: cannot read ({exc.strerror})") from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        hint = " (the file ends early: truncated?)" if exc.pos >= len(text.rstrip()) else ""
+        raise SchemaError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}{hint}. "
+                          "Restore it from version control or re-record it with "
+                          "--baseline record") from exc
+    try:
+        return RunResults.from_json(data)
+    except SchemaError as exc:
+        raise SchemaError(f"{path}: not a harness results file: {exc}. Re-record it with "
+                          "--baseline record, or point --baseline-dir elsewhere") from exc

@@ -1,0 +1,232 @@
+"""The environment fingerprint, the ``stack_id`` and version ordering.
+
+A baseline belongs to a *stack*: the version that defines what the device computes.
+For an NPU that is CANN (``cann-8.0.RC3``), for CUDA the CUDA runtime torch was built
+with (``cuda-12.4``), for the CPU, XPU and MPS the torch version (``torch-2.4.0``).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import socket
+from pathlib import Path
+from typing import Callable, Optional
+
+CANN_MODULES = ("CANN", "RUNTIME", "COMPILER", "HCCL", "TOOLKIT", "OPP", "OPP_KERNEL", "DRIVER")
+"""Components ``torch_npu.npu.utils.get_cann_version(module=...)`` reports."""
+
+# ------------------------------------------------------------------- version ordering
+
+_PRE_RANK = {"dev": -4, "alpha": -3, "a": -3, "beta": -2, "b": -2, "rc": -1, "c": -1,
+             "t": -5, "post": 1}
+
+
+def version_key(version: str) -> tuple:
+    """A sort key for versions as CANN, CUDA and PEP 440 write them.
+
+    ``8.0.RC3 < 8.0.0 < 8.1.RC1``; ``8.0.RC2.alpha003 < 8.0.RC2``;
+    ``2.1.0rc1 < 2.1.0 < 2.1.0.post1``; a local suffix (``+cpu``) is ignored.
+    Each component becomes ``(number, rank, tag_number)``: a release number has rank
+    0; a pre-release tag (``RCn``, ``alphaN``, ``betaN``, ``devN``) takes the number 0 of
+    its position with a negative rank, so it sorts before the release it leads to.
+    """
+    text = version.strip().split("+", 1)[0].lower().lstrip("v")
+    key = []
+    for token in re.split(r"[.\-_]", text):
+        for number, tag, tag_number in re.findall(r"(\d+)|([a-z]+)(\d*)", token):
+            if number:
+                key.append((int(number), 0, 0))
+            else:
+                key.append((0, _PRE_RANK.get(tag, -6), int(tag_number or 0)))
+    while key and key[-1] == (0, 0, 0):
+        key.pop()
+    return tuple(key)
+
+
+def compare_versions(left: str, right: str) -> int:
+    """-1, 0 or 1 as ``left`` sorts before, with or after ``right``."""
+    a, b = _padded(version_key(left), version_key(right))
+    return (a > b) - (a < b)
+
+
+def _padded(a: tuple, b: tuple) -> tuple[tuple, tuple]:
+    width = max(len(a), len(b))
+    pad = (0, 0, 0)
+    return a + (pad,) * (width - len(a)), b + (pad,) * (width - len(b))
+
+
+def split_stack_id(stack_id: str) -> tuple[str, str]:
+    """``cann-8.0.RC3`` -> (``cann``, ``8.0.RC3``)."""
+    prefix, sep, version = stack_id.partition("-")
+    if not sep or not version:
+        raise ValueError(f"malformed stack id {stack_id!r}; expected <kind>-<version> such "
+                         "as cann-8.0.RC3, cuda-12.4 or torch-2.4.0")
+    return prefix, version
+
+
+def stack_sort_key(stack_id: str) -> tuple:
+    """Sort key for stack ids of one kind: ``cann-8.0.RC3 < cann-8.0.0``."""
+    prefix, version = split_stack_id(stack_id)
+    key = version_key(version)
+    return (prefix, key + ((0, 0, 0),) * (16 - len(key)))
+
+
+# ---------------------------------------------------------------------------- CANN
+
+def cann_version_from_files(env: Optional[dict] = None) -> dict[str, str]:
+    """CANN component versions from the toolkit's files (no torch_npu needed).
+
+    Looks under ``ASCEND_TOOLKIT_HOME`` and ``ASCEND_HOME_PATH`` (what CANN's set_env.sh
+    exports) and the default ``/usr/local/Ascend/ascend-toolkit/latest``, reading
+    ``version.cfg`` / ``*_install.info`` / ``version.info`` files.
+    """
+    env = os.environ if env is None else env
+    roots = [env.get("ASCEND_TOOLKIT_HOME"), env.get("ASCEND_HOME_PATH"),
+             "/usr/local/Ascend/ascend-toolkit/latest"]
+    found: dict[str, str] = {}
+    for root in filter(None, roots):
+        base = Path(root)
+        if not base.is_dir():
+            continue
+        candidates = [base / "version.cfg", *sorted(base.glob("*/version.info")),
+                      *sorted(base.glob("*_install.info")), *sorted(base.glob("*/*_install.info"))]
+        for path in candidates:
+            version = _version_in_file(path)
+            if version is None:
+                continue
+            component = path.parent.name if path.name == "version.info" else \
+                path.name.replace("_install.info", "")
+            if path.name == "version.cfg" or path.parent == base and component in (
+                    "ascend_toolkit", "toolkit"):
+                component = "toolkit"
+            found.setdefault(component.lower(), version)
+        if found:
+            found.setdefault("cann", found.get("toolkit") or found.get("runtime") or
+                             next(iter(found.values())))
+            found["source"] = str(base)
+            break
+    return found
+
+
+def _version_in_file(path: Path) -> Optional[str]:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    match = re.search(r"(?im)^\s*(?:version|\w*_version|\w*_pkg_version)\s*[=:]\s*"
+                      r"\[?\s*([0-9][\w.\-]*)", text)
+    return match.group(1) if match else None
+
+
+def cann_versions(get_cann_version: Optional[Callable[..., str]] = None) -> dict[str, str]:
+    """CANN component versions: torch_npu's API first, then the toolkit's files."""
+    if get_cann_version is not None:
+        versions = {}
+        for module in CANN_MODULES:
+            try:
+                value = get_cann_version(module=module)
+            except Exception:  # noqa: BLE001 - older torch_npu knows fewer modules
+                continue
+            if value:
+                versions[module.lower()] = str(value)
+        if versions.get("cann"):
+            versions["source"] = "torch_npu.npu.utils.get_cann_version"
+            return versions
+    return cann_version_from_files()
+
+
+# ---------------------------------------------------------------------- fingerprint
+
+def _torch_npu_get_cann_version() -> Optional[Callable[..., str]]:
+    import importlib
+
+    try:
+        utils = importlib.import_module("torch_npu.npu.utils")
+    except Exception:  # noqa: BLE001 - the device layer reports why torch_npu is unusable
+        return None
+    return getattr(utils, "get_cann_version", None)
+
+
+def _nvidia_driver() -> Optional[str]:
+    path = Path("/proc/driver/nvidia/version")
+    try:
+        match = re.search(r"Kernel Module\s+([\d.]+)", path.read_text())
+    except OSError:
+        return None
+    return match.group(1) if match else None
+
+
+def _ascend_driver() -> Optional[str]:
+    for root in ("/usr/local/Ascend/driver", os.environ.get("ASCEND_DRIVER_PATH") or ""):
+        if root:
+            version = _version_in_file(Path(root) / "version.info")
+            if version:
+                return version
+    return None
+
+
+def fingerprint(device) -> dict:
+    """Everything that defines the stack the run measured, as a JSON-ready dict."""
+    import torch
+
+    from harness.device import cpu_capability, cpu_model_name, torch_npu_version
+
+    info: dict = {
+        "device_type": device.type,
+        "device_name": device.name,
+        "device_count": device.count,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_npu": torch_npu_version(),
+        "cuda_runtime": torch.version.cuda,
+        "cpu": cpu_model_name(),
+        "cpu_capability": cpu_capability(),
+        "arch": platform.machine(),
+        "os": f"{platform.system()} {platform.release()}",
+        "host": socket.gethostname(),
+    }
+    if device.type == "npu":
+        cann = cann_versions(_torch_npu_get_cann_version())
+        info["cann"] = cann.get("cann")
+        info["cann_components"] = cann
+        info["driver"] = cann.get("driver") or _ascend_driver()
+    elif device.type == "cuda":
+        info["driver"] = _nvidia_driver()
+        try:
+            info["cudnn"] = torch.backends.cudnn.version()
+        except Exception:  # noqa: BLE001
+            info["cudnn"] = None
+    info["stack_id"] = stack_id(info)
+    info["device_slug"] = device_slug(info)
+    return info
+
+
+def stack_id(info: dict) -> str:
+    """``cann-<ver>`` for npu, ``cuda-<ver>`` for cuda, ``torch-<ver>`` otherwise."""
+    from harness.device import KINDS
+
+    prefix = KINDS[info["device_type"]].stack_prefix
+    if prefix == "cann":
+        version = info.get("cann") or "unknown"
+    elif prefix == "cuda":
+        version = info.get("cuda_runtime") or "unknown"
+    else:
+        version = info["torch"].split("+", 1)[0]
+    return f"{prefix}-{version}"
+
+
+def slugify(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "unknown"
+
+
+def device_slug(info: dict) -> str:
+    """The folder under ``baselines/<type>/`` for this device model.
+
+    For the CPU it is the architecture and the SIMD level torch dispatches to
+    (``x86_64-avx512``), since kernels and their rounding differ by it, not by model.
+    """
+    if info["device_type"] == "cpu":
+        return slugify(f"{info['arch']}-{info['cpu_capability']}")
+    return slugify(info["device_name"])
