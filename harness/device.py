@@ -187,7 +187,7 @@ def probe(device_type: str) -> Probe:
     return KINDS[device_type].probe()
 
 
-def select(requested: str = "auto", index: int = 0) -> tuple["Device", list[Probe]]:
+def select(requested: str = "auto", index: int = 0) -> tuple[Device, list[Probe]]:
     """Pick the device under test.
 
     ``auto`` takes the first available of npu > cuda > xpu > mps > cpu. Returns the
@@ -309,7 +309,7 @@ class Device:
             self.module.set_device(self.index)
 
     @contextlib.contextmanager
-    def scope(self) -> Iterator["Device"]:
+    def scope(self) -> Iterator[Device]:
         """The DUT scope (Note [DUT scope]): re-entrant; activates injected faults."""
         depth = getattr(_scope_state, "depth", 0)
         _scope_state.depth = depth + 1

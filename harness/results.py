@@ -60,7 +60,7 @@ class Rule:
         return out
 
     @classmethod
-    def from_json(cls, data: Any) -> "Rule":
+    def from_json(cls, data: Any) -> Rule:
         if isinstance(data, Rule):
             return data
         if not isinstance(data, dict):
@@ -131,7 +131,7 @@ class Record:
         return out
 
     @classmethod
-    def from_json(cls, record_id: str, data: Any) -> "Record":
+    def from_json(cls, record_id: str, data: Any) -> Record:
         if not isinstance(data, dict):
             raise SchemaError(f"record {record_id}: not an object")
         unknown = set(data) - {"suite", "status", "metrics", "rules", "test", "message", "info"}
@@ -194,7 +194,7 @@ class RunResults:
         return out
 
     @classmethod
-    def from_json(cls, data: Any) -> "RunResults":
+    def from_json(cls, data: Any) -> RunResults:
         if not isinstance(data, dict):
             raise SchemaError("top level is not an object")
         version = data.get("schema_version")
