@@ -1,0 +1,422 @@
+"""Numeric metrics and precision standards -> a verdict per output tensor.
+
+:func:`compare_outputs` takes the DUT's output (in the DUT's dtype, on any device), the
+*reference* (the same computation on the CPU in a higher precision: fp16/bf16 -> fp32,
+fp32 -> fp64) and, optionally, the *low-precision reference* (CPU in the DUT's dtype). It
+measures the errors, applies one of the :data:`STANDARDS` and returns a :class:`Verdict`:
+pass/fail, the metrics, the baseline :class:`~harness.results.Rule` per metric, and an
+``assert_close``-style message.
+
+Note [Precision standards]
+~~~~~~~~~~~~~~~~~~~~~~~~~~
+The numbers come from public anchors and are re-implemented here (no code copied):
+
+* Ascend msprobe's API accuracy checker ("new precision standard"): the absolute
+  threshold method (relative error <= 2^-10 / 2^-8 / 2^-20 for fp16 / bf16 / fp32 on
+  normal values, small values judged by an absolute tolerance), the benchmark method
+  (DUT error divided by the reference's own error: max relative error <= 10x, mean
+  relative error <= 2x, RMSE <= 2x, small-value error <= 2x), the ULP method for
+  matrix multiplication, and its small-value definitions (``small_value`` /
+  ``small_value_atol``: 1e-3 / 1e-5 for fp16 and bf16, 1e-6 / 1e-9 for fp32).
+* ``torch.testing.assert_close``'s per-dtype defaults (rtol, atol), used where no
+  low-precision reference exists, and as the "everything is tiny" escape of the cosine
+  floor.
+* PyTorch Dynamo's accuracy rule (``torch._dynamo.utils.same``: the tested RMSE may be
+  a fixed multiple of the low-precision reference's RMSE) is the shape of the ratio
+  rules; the multiplier 2 is msprobe's.
+
+Note [Reference error floor]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+Ratio standards divide the DUT's error by the reference error. On the CPU the DUT and the
+low-precision reference are the same kernels, so the ratio is 1; but where the reference
+error is exactly 0 (a correctly rounded op, an exact input) any DUT rounding would be an
+infinite ratio. Every denominator therefore has a floor: one machine epsilon of the DUT's
+dtype for relative errors, epsilon times the reference's RMS for RMSE, and
+``small_value_atol`` for small-value errors.
+
+Note [Non-finite values]
+~~~~~~~~~~~~~~~~~~~~~~~~
+The DUT may produce NaN/Inf exactly where the reference *rounded to the DUT's dtype*
+does (an fp16 ``exp(12)`` is inf although the fp32 reference is finite), with the same
+sign for infinities; anywhere else a non-finite value, or a finite value where the
+reference has NaN/Inf, is a mismatch and fails every standard. Errors are measured over
+the positions where both are finite.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Optional
+
+import torch
+
+from harness.results import Rule, higher, lower
+
+__all__ = ["STANDARDS", "DTYPE_LIMITS", "Standard", "DtypeLimits", "Verdict",
+           "compare_outputs", "ulp"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Standard:
+    """One precision standard: what it applies to, its limits, and where they come from."""
+
+    name: str
+    applies_to: str
+    limits: dict
+    source: str
+
+
+# The standards table (Note [Precision standards]); limits are data, read by the judges.
+STANDARDS: dict[str, Standard] = {
+    "exact": Standard(
+        "exact", "integer/bool/index outputs, layout and copy ops, argmax/topk indices",
+        {"mismatched": 0},
+        "bit-equality (msprobe: binary consistency method)"),
+    "absolute": Standard(
+        "absolute", "add, sub, mul, div, reciprocal, rsqrt, relu-like",
+        # relative error on normal values per dtype, see DTYPE_LIMITS.abs_rtol
+        {"mismatched": 0},
+        "msprobe API accuracy checker: absolute threshold method"),
+    "ulp": Standard(
+        "ulp", "matmul, mm, bmm, addmm, linear, baddbmm",
+        {"lowp_gt1_share": 0.001,      # fp16/bf16: share of elements > 1 ULP
+         "fp32_ulp_mean": 64.0,        # fp32: mean ULP error below this ...
+         "fp32_gt32_share": 0.05},     # ... or share of elements > 32 ULP below this
+        "msprobe API accuracy checker: ULP error method"),
+    "relative": Standard(
+        "relative", "everything else (conv, norms, softmax, losses, reductions, math)",
+        {"max_rel_err": 10.0, "mean_rel_err": 2.0, "rmse": 2.0, "small_abs_err": 2.0},
+        "msprobe API accuracy checker: benchmark method; Dynamo's RMSE-multiplier rule"),
+}
+
+FLOOR = {"cosine": 0.99}
+"""Applies to every float output under every standard (msprobe's 'two thousandths' and
+cosine indicators, simplified): cosine similarity and NaN/Inf agreement."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DtypeLimits:
+    """Per-dtype numbers (Note [Precision standards])."""
+
+    abs_rtol: float          # absolute standard: relative error on normal values
+    small_value: float       # |reference| below this is a "small value" (msprobe)
+    small_value_atol: float  # absolute tolerance for small values (msprobe)
+    rtol: float              # torch.testing.assert_close default
+    atol: float              # torch.testing.assert_close default
+    mantissa_bits: int       # for ULPs
+    min_exponent: int        # exponent of the smallest normal (ULP floor)
+
+
+DTYPE_LIMITS: dict[torch.dtype, DtypeLimits] = {
+    torch.float16: DtypeLimits(2**-10, 1e-3, 1e-5, 1e-3, 1e-5, 10, -14),
+    torch.bfloat16: DtypeLimits(2**-8, 1e-3, 1e-5, 1.6e-2, 1e-5, 7, -126),
+    torch.float32: DtypeLimits(2**-20, 1e-6, 1e-9, 1.3e-6, 1e-5, 23, -126),
+    torch.float64: DtypeLimits(2**-40, 1e-15, 1e-18, 1e-7, 1e-7, 52, -1022),
+}
+
+
+@dataclasses.dataclass
+class Verdict:
+    """The outcome of comparing one output tensor.
+
+    Attributes:
+        passed: whether the standard (and the floor) holds.
+        metrics: plain floats: ``max_abs_err``, ``max_rel_err``, ``mean_rel_err``,
+            ``rmse``, ``cosine``, ``err_balance``, ``ulp_mean``, ``ulp_max``,
+            ``ulp_gt1_share``, ``small_abs_err``, ``nan_inf_mismatch``, ``mismatched``,
+            ``numel``; with a low-precision reference also ``ref_*`` versions and the
+            ``*_ratio`` the relative standard judges.
+        rules: baseline rules per metric, so a drift that still passes is caught.
+        message: empty when passed; else what mismatched, the worst element, the
+            standard and its limit.
+    """
+
+    passed: bool
+    metrics: dict[str, float]
+    rules: dict[str, Rule]
+    message: str = ""
+
+
+# ------------------------------------------------------------------------- helpers
+
+def ulp(reference: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The unit in the last place of ``dtype`` at each (float64) reference value."""
+    limits = DTYPE_LIMITS[dtype]
+    _, exponent = torch.frexp(reference)  # |x| = m * 2**e, 0.5 <= m < 1
+    exponent = torch.where(reference == 0, limits.min_exponent, exponent - 1)
+    exponent = exponent.clamp_min(limits.min_exponent)
+    return torch.ldexp(torch.ones_like(reference), exponent - limits.mantissa_bits)
+
+
+def _classes(values: torch.Tensor) -> torch.Tensor:
+    """0 finite, 1 NaN, 2 +inf, 3 -inf (Note [Non-finite values])."""
+    out = torch.zeros(values.shape, dtype=torch.int8)
+    out[torch.isnan(values)] = 1
+    out[values == math.inf] = 2
+    out[values == -math.inf] = 3
+    return out
+
+
+def _f(value) -> float:
+    return float(value)
+
+
+def _errors(x: torch.Tensor, r: torch.Tensor, limits: DtypeLimits, dtype: torch.dtype,
+            want_ulp: bool) -> dict[str, float]:
+    """Error statistics of finite ``x`` against finite ``r`` (both float64, 1-D)."""
+    n = x.numel()
+    if n == 0:
+        out = {k: 0.0 for k in ("max_abs_err", "max_rel_err", "mean_rel_err", "rmse",
+                                "err_balance", "small_abs_err")}
+        out["cosine"] = 1.0
+        if want_ulp:
+            out.update(ulp_mean=0.0, ulp_max=0.0, ulp_gt1_share=0.0, ulp_gt32_share=0.0)
+        return out
+    diff = x - r
+    err = diff.abs()
+    absr = r.abs()
+    small = absr < limits.small_value
+    normal = ~small
+    rel = err[normal] / absr[normal]
+    out = {"max_abs_err": _f(err.max()),
+           "max_rel_err": _f(rel.max()) if rel.numel() else 0.0,
+           "mean_rel_err": _f(rel.mean()) if rel.numel() else 0.0,
+           "rmse": math.sqrt(_f((diff * diff).mean())),
+           "err_balance": abs(_f((diff / absr.clamp_min(limits.small_value)).mean())),
+           "small_abs_err": _f(err[small].max()) if bool(small.any()) else 0.0}
+    nx, nr = _f(torch.linalg.vector_norm(x)), _f(torch.linalg.vector_norm(r))
+    if nx == 0.0 and nr == 0.0:
+        out["cosine"] = 1.0
+    elif nx == 0.0 or nr == 0.0:
+        out["cosine"] = 0.0
+    else:
+        out["cosine"] = min(1.0, _f(torch.dot(x, r)) / (nx * nr))
+    if want_ulp:
+        ulps = err / ulp(r, dtype)
+        out.update(ulp_mean=_f(ulps.mean()), ulp_max=_f(ulps.max()),
+                   ulp_gt1_share=_f((ulps > 1).double().mean()),
+                   ulp_gt32_share=_f((ulps > 32).double().mean()))
+    return out
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.6g}"
+
+
+def _index(flat: int, shape: torch.Size) -> tuple[int, ...]:
+    index = []
+    for size in reversed(shape):
+        index.append(flat % size)
+        flat //= size
+    return tuple(reversed(index))
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+# -------------------------------------------------------------------------- verdict
+
+def compare_outputs(dut: torch.Tensor, reference: torch.Tensor,
+                    reference_lowp: Optional[torch.Tensor] = None, *,
+                    standard: str) -> Verdict:
+    """Judge one DUT output against its references under ``standard``.
+
+    Args:
+        dut: the DUT's output in the DUT's dtype (any device; copied to the CPU here).
+        reference: the CPU computation on up-cast inputs (fp16/bf16 -> fp32,
+            fp32 -> fp64).
+        reference_lowp: the CPU computation in the DUT's dtype, or None. Its error against
+            ``reference`` is the reference error the ``relative`` standard (and the
+            fp16/bf16 ULP standard) compares against; without it the relative standard
+            falls back to ``torch.testing.assert_close``'s defaults.
+        standard: a key of :data:`STANDARDS`. Integer and bool outputs are always exact.
+    """
+    if standard not in STANDARDS:
+        raise ValueError(f"unknown precision standard {standard!r}; choose from "
+                         f"{', '.join(STANDARDS)}")
+    dut = dut.detach().cpu()
+    ref = reference.detach().cpu()
+    lowp = reference_lowp.detach().cpu() if reference_lowp is not None else None
+    if dut.is_complex() or ref.is_complex():
+        raise TypeError("complex outputs are not supported by harness.compare; compare "
+                        "torch.view_as_real() of them instead")
+    if dut.shape != ref.shape:
+        return Verdict(False, {"numel": float(dut.numel()), "shape_mismatch": 1.0},
+                       {"shape_mismatch": lower(1.0, 0.0)},
+                       f"shape mismatch: dut {tuple(dut.shape)} vs reference "
+                       f"{tuple(ref.shape)} (standard {standard!r})")
+    if not dut.is_floating_point() or standard == "exact" or dut.dtype not in DTYPE_LIMITS:
+        return _exact(dut, ref, standard)
+    return _float(dut, ref, lowp, standard)
+
+
+def _exact(dut: torch.Tensor, ref: torch.Tensor, standard: str) -> Verdict:
+    numel = dut.numel()
+    if dut.is_floating_point() or ref.is_floating_point():
+        d, r = dut.double(), ref.double()
+        same = (d == r) | (torch.isnan(d) & torch.isnan(r))
+        nan_inf = int((_classes(d) != _classes(r)).sum()) if numel else 0
+    else:
+        d, r = dut.to(torch.int64), ref.to(torch.int64)
+        same = d == r
+        nan_inf = 0
+    bad = ~same.reshape(-1)
+    mismatched = int(bad.sum()) if numel else 0
+    metrics = {"mismatched": float(mismatched), "nan_inf_mismatch": float(nan_inf),
+               "numel": float(numel)}
+    rules = {"mismatched": lower(1.0, 0.0), "nan_inf_mismatch": lower(1.0, 0.0)}
+    if not mismatched:
+        return Verdict(True, metrics, rules, "")
+    first = int(bad.nonzero()[0, 0])
+    where = _index(first, dut.shape)
+    msg = (f"Values are not equal under standard 'exact' ({_dtype_name(dut.dtype)})!\n"
+           f"Mismatched elements: {mismatched} / {numel} ({100.0 * mismatched / numel:.3g}%)\n"
+           f"First mismatch at index {where}: dut {d.reshape(-1)[first].item()!r} vs "
+           f"reference {r.reshape(-1)[first].item()!r}\n"
+           f"Standard 'exact' allows no mismatched element (bit-equal; ties documented)")
+    if standard != "exact":
+        msg += f" (integer/bool outputs are always exact; {standard!r} was asked)"
+    return Verdict(False, metrics, rules, msg)
+
+
+def _float(dut: torch.Tensor, ref: torch.Tensor, lowp: Optional[torch.Tensor],
+           standard: str) -> Verdict:
+    dtype = dut.dtype
+    limits = DTYPE_LIMITS[dtype]
+    eps = torch.finfo(dtype).eps
+    numel = dut.numel()
+    d = dut.double().reshape(-1)
+    r = ref.double().reshape(-1)
+    r_cast = ref.to(dtype).double().reshape(-1)  # Note [Non-finite values]
+    dclass, rclass = _classes(d), _classes(r_cast)
+    nonfinite_bad = dclass != rclass
+    nan_inf = int(nonfinite_bad.sum())
+    finite = (dclass == 0) & (rclass == 0) & torch.isfinite(r)
+    want_ulp = standard == "ulp"
+    fd, fr = d[finite], r[finite]
+    m = _errors(fd, fr, limits, dtype, want_ulp)
+    metrics: dict[str, float] = dict(m)
+    metrics["nan_inf_mismatch"] = float(nan_inf)
+    metrics["numel"] = float(numel)
+    rms_ref = math.sqrt(_f((fr * fr).mean())) if fr.numel() else 0.0
+
+    ref_m: Optional[dict[str, float]] = None
+    if lowp is not None and lowp.shape == dut.shape:
+        lw = lowp.double().reshape(-1)
+        lfinite = finite & torch.isfinite(lw)
+        ref_m = _errors(lw[lfinite], r[lfinite], limits, dtype, want_ulp)
+        for key in ("max_abs_err", "max_rel_err", "mean_rel_err", "rmse", "small_abs_err",
+                    "err_balance", *(("ulp_gt1_share", "ulp_mean") if want_ulp else ())):
+            metrics[f"ref_{key}"] = ref_m[key]
+
+    # Per-element allowance: an element is mismatched when its error exceeds it.
+    err = (fd - fr).abs()
+    absr = fr.abs()
+    small = absr < limits.small_value
+    failures: list[str] = []
+    if standard == "absolute":
+        allowance = torch.where(small, torch.full_like(absr, limits.small_value_atol),
+                                limits.abs_rtol * absr)
+        described = (f"relative error <= {_fmt(limits.abs_rtol)} where |reference| >= "
+                     f"{_fmt(limits.small_value)}, else absolute error <= "
+                     f"{_fmt(limits.small_value_atol)}")
+    elif standard == "ulp":
+        std = STANDARDS["ulp"].limits
+        low = dtype in (torch.float16, torch.bfloat16)
+        allowance = ulp(fr, dtype) * (1.0 if low else 32.0)
+        if low:
+            share = m["ulp_gt1_share"]
+            ref_share = ref_m["ulp_gt1_share"] if ref_m else None
+            ok = share <= std["lowp_gt1_share"] or (ref_share is not None and share <= ref_share)
+            described = (f"share of elements > 1 ULP <= {std['lowp_gt1_share']:g} or not above "
+                         "the CPU reference's share")
+            if not ok:
+                failures.append(f"ulp_gt1_share {_fmt(share)} > {std['lowp_gt1_share']:g}"
+                                + (f" and > the CPU reference's {_fmt(ref_share)}"
+                                   if ref_share is not None else ""))
+        else:
+            ok = m["ulp_mean"] < std["fp32_ulp_mean"] or m["ulp_gt32_share"] < std["fp32_gt32_share"]
+            described = (f"mean ULP error < {std['fp32_ulp_mean']:g} or share of elements > 32 "
+                         f"ULP < {std['fp32_gt32_share']:g}")
+            if not ok:
+                failures.append(f"ulp_mean {_fmt(m['ulp_mean'])} >= {std['fp32_ulp_mean']:g} and "
+                                f"ulp_gt32_share {_fmt(m['ulp_gt32_share'])} >= "
+                                f"{std['fp32_gt32_share']:g}")
+    elif standard == "relative" and ref_m is not None:
+        std = STANDARDS["relative"].limits
+        floors = {"max_rel_err": eps, "mean_rel_err": eps, "rmse": eps * max(rms_ref, 1e-30),
+                  "small_abs_err": limits.small_value_atol}
+        for key, limit in std.items():
+            ratio = m[key] / max(ref_m[key], floors[key])
+            metrics[f"{key}_ratio"] = ratio
+            if ratio > limit:
+                failures.append(f"{key} {_fmt(m[key])} is {ratio:.3g}x the reference error "
+                                f"{_fmt(ref_m[key])} (floor {_fmt(floors[key])}; limit {limit:g}x)")
+        max_rel_allowed = std["max_rel_err"] * max(ref_m["max_rel_err"], eps)
+        small_allowed = std["small_abs_err"] * max(ref_m["small_abs_err"], limits.small_value_atol)
+        allowance = torch.where(small, torch.full_like(absr, small_allowed), max_rel_allowed * absr)
+        described = ("DUT error / CPU reference error (same dtype): "
+                     + ", ".join(f"{k} <= {v:g}x" for k, v in std.items()))
+    else:  # relative without a low-precision reference: assert_close's defaults
+        allowance = limits.atol + limits.rtol * absr
+        described = (f"no low-precision reference: |dut - ref| <= atol + rtol * |ref| "
+                     f"(assert_close defaults rtol {limits.rtol:g}, atol {limits.atol:g})")
+    bad_finite = err > allowance
+    mismatched = int(bad_finite.sum()) + nan_inf
+    metrics["mismatched"] = float(mismatched)
+    if standard == "absolute" or (standard == "relative" and ref_m is None):
+        if int(bad_finite.sum()):
+            failures.append(f"{int(bad_finite.sum())} element(s) outside {described}")
+    if nan_inf:
+        failures.append(f"{nan_inf} NaN/Inf position(s) differ from the reference's")
+    cosine = m["cosine"]
+    if cosine < FLOOR["cosine"] and m["max_abs_err"] > limits.atol:
+        failures.append(f"cosine {_fmt(cosine)} < floor {FLOOR['cosine']:g}")
+
+    rules = _rules(metrics, standard, eps, rms_ref, fr)
+    if not failures:
+        return Verdict(True, metrics, rules, "")
+    return Verdict(False, metrics, rules,
+                   _message(dut, d, r, finite, nonfinite_bad, err, allowance, absr, limits,
+                            standard, described, failures, mismatched, numel))
+
+
+def _rules(metrics: dict[str, float], standard: str, eps: float, rms_ref: float,
+           fr: torch.Tensor) -> dict[str, Rule]:
+    """Baseline rules: an error metric may not double (above a floor of one epsilon)."""
+    scale = max(_f(fr.abs().max()) if fr.numel() else 0.0, 1e-30)
+    rules = {"max_abs_err": lower(2.0, eps * scale),
+             "max_rel_err": lower(2.0, eps),
+             "mean_rel_err": lower(2.0, eps),
+             "rmse": lower(2.0, eps * max(rms_ref, 1e-30)),
+             "cosine": higher(1.0, 1e-3),
+             "nan_inf_mismatch": lower(1.0, 0.0)}
+    if standard == "ulp":
+        rules["ulp_mean"] = lower(2.0, 1.0)
+    return {k: v for k, v in rules.items() if k in metrics}
+
+
+def _message(dut, d, r, finite, nonfinite_bad, err, allowance, absr, limits, standard,
+             described, failures, mismatched, numel) -> str:
+    dtype = _dtype_name(dut.dtype)
+    lines = [f"Tensor-likes are not close under standard {standard!r} ({dtype})!",
+             f"Mismatched elements: {mismatched} / {numel} "
+             f"({100.0 * mismatched / max(numel, 1):.3g}%)"]
+    if bool(nonfinite_bad.any()):
+        flat = int(nonfinite_bad.nonzero()[0, 0])
+        lines.append(f"First NaN/Inf disagreement at index {_index(flat, dut.shape)}: "
+                     f"dut {d[flat].item()!r} vs reference {r[flat].item()!r}")
+    if err.numel():
+        score = err / allowance.clamp_min(1e-300)
+        worst = int(score.argmax())
+        flat = int(finite.nonzero()[worst, 0])
+        rel = err[worst] / absr[worst] if absr[worst] > 0 else math.inf
+        lines.append(f"Greatest error at index {_index(flat, dut.shape)}: dut "
+                     f"{d[flat].item()!r} vs reference {r[flat].item()!r} (abs err "
+                     f"{_fmt(err[worst])}, rel err {_fmt(rel)}, allowed abs err "
+                     f"{_fmt(allowance[worst])})")
+    lines.append(f"Standard {standard!r}: {described}")
+    lines += [f"Failed: {text}" for text in failures]
+    return "\n".join(lines)
