@@ -38,6 +38,7 @@ from harness.stack import split_stack_id
 
 SUITES_DIR = "suites"
 PROPERTY = "harness"
+SUITE_PROPERTY = "harness-suite"
 HYPOTHESIS_PROFILES = {
     # ci: fast and derandomised, so CI is reproducible; nightly: many more examples.
     "ci": {"max_examples": 40, "derandomize": True, "deadline": None,
@@ -45,6 +46,13 @@ HYPOTHESIS_PROFILES = {
     "nightly": {"max_examples": 1000, "deadline": None, "print_blob": True},
 }
 HYPOTHESIS_ENV = "HARNESS_HYPOTHESIS_PROFILE"
+MARKERS = {
+    "npu": "a device-under-test conformance check (applied to everything under suites/)",
+    "slow": "a long check (large sweeps); skipped unless --run-slow or -m names slow",
+    "distributed": "runs several ranks with the device's collective backend",
+    "memory": "measures peak memory, OOM thresholds or leaks",
+    "benchmark": "measures throughput or latency (noise-aware comparison)",
+}
 
 
 # --------------------------------------------------------------------------- options
@@ -92,9 +100,9 @@ OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
                               "picks npu > cuda > xpu > mps > cpu. Default: %(default)r")),
     (("--baseline",), dict(default="compare", choices=("compare", "record", "off"),
                            metavar="MODE",
-                           help="compare: fail on regressions against the stored baseline; "
-                                "record: store this run as its stack's baseline; off. "
-                                "Default: %(default)r")),
+                           help="What to do with the baseline: compare (fail on regressions "
+                                "against it), record (store this run as its stack's "
+                                "baseline) or off. Default: %(default)r")),
     (("--baseline-dir",), dict(default=None, metavar="PATH",
                                help="Baseline store (<PATH>/<device_type>/<device_slug>/"
                                     "<stack_id>.json). Default: baselines/ in the rootdir")),
@@ -123,8 +131,8 @@ OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
                             help="Time budget of the OpInfo sweep; cases past it are "
                                  "skipped. Default: %(default)r")),
     (("--training-scale",), dict(default="small", choices=("small", "full"), metavar="SCALE",
-                                 help="small: CPU-sized models and step counts; full: "
-                                      "ResNet-18 proper and longer runs (hardware). "
+                                 help="Training scale: small (CPU-sized models and step "
+                                      "counts) or full (ResNet-18 proper, longer runs). "
                                       "Default: %(default)r")),
     (("--dist-timeout",), dict(default=120.0, metavar="SECONDS", type=_positive_float,
                                help="Kill a distributed check's ranks after this long and "
@@ -200,6 +208,7 @@ class RunState:
 STATE = pytest.StashKey[RunState]()
 RECORDER = pytest.StashKey["Recorder"]()
 SEED = pytest.StashKey[int]()
+PREVIOUS_FAULTS = pytest.StashKey[list]()
 
 
 def _utc_now() -> str:
@@ -208,12 +217,16 @@ def _utc_now() -> str:
 
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
+    for name, text in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {text}")
     _load_hypothesis_profile(config)
     settings = _settings(config)
+    previous = [fault.name for fault in faults.active()]
     try:
         faults.set_active(settings.faults)
     except faults.FaultError as exc:
         raise pytest.UsageError(str(exc)) from None
+    config.stash[PREVIOUS_FAULTS] = previous
     worker = xdist_worker_index()
     try:
         device, probes = select(settings.device_request, index=worker or 0)
@@ -234,13 +247,26 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[STATE] = state
 
 
-def _load_hypothesis_profile(config: pytest.Config) -> None:
-    try:
-        from hypothesis import settings as hsettings
-    except ImportError:  # pragma: no cover - hypothesis is a dependency
-        return
+def pytest_unconfigure(config: pytest.Config) -> None:
+    previous = config.stash.get(PREVIOUS_FAULTS, None)
+    if previous is not None:  # in-process runs (pytester) must not leak faults
+        faults.set_active(previous)
+
+
+def _register_hypothesis_profiles() -> None:
+    # At import: hypothesis' own plugin loads --hypothesis-profile in its pytest_configure.
+    from hypothesis import settings as hsettings
+
     for name, values in HYPOTHESIS_PROFILES.items():
         hsettings.register_profile(name, **values)
+
+
+_register_hypothesis_profiles()
+
+
+def _load_hypothesis_profile(config: pytest.Config) -> None:
+    from hypothesis import settings as hsettings
+
     if config.getoption("hypothesis_profile", None) is None:  # hypothesis' own option wins
         name = os.environ.get(HYPOTHESIS_ENV, "ci")
         if name not in HYPOTHESIS_PROFILES:
@@ -317,7 +343,7 @@ class Recorder:
     def reproduce(self) -> str:
         """A one-line command that runs this check alone, same device and seed."""
         return (f"python -m pytest '{self.nodeid}' --device {self.device.type} "
-                f"--seed {self.settings.seed} -p no:randomly")
+                f"--seed {self.settings.seed}")
 
     def record(self, record_id: str, *, status: str = "pass",
                metrics: Optional[dict] = None, rules: Optional[dict] = None,
@@ -413,6 +439,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     state = item.config.stash.get(STATE, None)
     if state is None or _suite_area(item) is None:
         return report
+    report.user_properties.append((SUITE_PROPERTY, "1"))
     if not (report.when == "call" or (report.when == "setup" and not report.passed)):
         return report
     recorder = item.stash.get(RECORDER, None)
@@ -448,6 +475,8 @@ class _Collector:
 
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if not any(key == SUITE_PROPERTY for key, _ in report.user_properties):
+            return  # not a conformance check (the harness's own tests)
         if report.when == "call" or not report.passed:
             if report.when == "call" or report.nodeid not in self.state.run.outcomes:
                 self.state.run.outcomes[report.nodeid] = report.outcome

@@ -1,0 +1,18 @@
+"""Shared fixtures for the harness's own tests."""
+
+import pytest
+import torch._dynamo  # noqa: F401 - see the note below
+
+# Note [pytester and torch's lazy imports]: pytester's in-process runs restore
+# sys.modules afterwards, so a torch module first imported inside one (torch.manual_seed
+# lazily imports torch._dynamo) would be imported again by the next run and re-register
+# its operator library, which torch refuses. Importing it here keeps it for all runs.
+
+pytest_plugins = ["pytester"]
+
+
+@pytest.fixture
+def fingerprint():
+    """A CPU fingerprint as the plugin would build it (no probing)."""
+    return {"device_type": "cpu", "device_name": "Test CPU", "device_slug": "x86-64-avx2",
+            "stack_id": "torch-2.4.0", "torch": "2.4.0", "device_count": 1}

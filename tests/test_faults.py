@@ -1,0 +1,92 @@
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from harness import faults
+from harness.device import Device
+
+
+@pytest.fixture
+def cpu():
+    return Device("cpu")
+
+
+@pytest.fixture(autouse=True)
+def no_faults_after():
+    yield
+    faults.set_active([])
+
+
+def test_registry_has_the_example_faults_with_checks():
+    known = faults.registry()
+    assert {"example.add_drift", "example.relu_leaks"} <= set(known)
+    for fault in known.values():
+        assert fault.checks and fault.description and fault.family
+
+
+def test_perturb_op_acts_only_inside_the_dut_scope(cpu):
+    faults.set_active(["example.add_drift"])
+    a, b = torch.ones(4), torch.ones(4)
+    with cpu.scope():
+        inside = a + b
+    outside = a + b
+    assert torch.all(inside == 2 * (1 + 1e-3)) and torch.all(outside == 2)
+
+
+def test_perturb_op_respects_dtype_filter(cpu):
+    faults.set_active(["example.add_drift"])
+    with cpu.scope():
+        assert torch.all(torch.ones(4, dtype=torch.float64) + 1 == 2)
+
+
+def test_patch_attr_restores_the_original(cpu):
+    original = torch.nn.functional.relu
+    faults.set_active(["example.relu_leaks"])
+    x = torch.tensor([-1.0, 2.0])
+    with cpu.scope():
+        assert torch.nn.functional.relu(x)[0] == pytest.approx(-0.01)
+    assert torch.nn.functional.relu is original and torch.nn.functional.relu(x)[0] == 0
+
+
+def test_patch_of_inherited_method_is_removed_again(cpu):
+    fault = faults.patch_attr("t.sgd", family="t", description="d",
+                              target="torch.optim.SGD.zero_grad",
+                              replace=lambda orig: (lambda self, set_to_none=True: None),
+                              checks=("x",))
+    assert "zero_grad" not in vars(torch.optim.SGD)
+    with fault.activate(cpu):
+        assert "zero_grad" in vars(torch.optim.SGD)
+    assert "zero_grad" not in vars(torch.optim.SGD)
+
+
+def test_unknown_fault_names_the_way_out():
+    with pytest.raises(faults.FaultError, match="faults list"):
+        faults.resolve("no.such.fault")
+
+
+def test_user_fault_from_a_module(pytester, cpu):
+    pytester.makepyfile(userfaults="""
+        from harness.faults import perturb_op
+        NEG = perturb_op("user.neg", family="user", description="negates exp",
+                         op="aten.exp", transform=lambda out, a, k: -out, checks=("x",))
+        NOT_A_FAULT = 3
+    """)
+    pytester.syspathinsert()
+    faults.set_active(["userfaults:NEG"])
+    with cpu.scope():
+        assert torch.exp(torch.zeros(1)).item() == -1.0
+    with pytest.raises(faults.FaultError, match="is not a harness.faults.Fault"):
+        faults.resolve("userfaults:NOT_A_FAULT")
+    with pytest.raises(faults.FaultError, match="cannot import"):
+        faults.resolve("nowhere_module:NEG")
+
+
+def test_faults_reach_child_processes_through_the_environment():
+    code = ("import torch; from harness.device import Device\n"
+            "with Device('cpu').scope(): print((torch.ones(1) + torch.ones(1)).item())")
+    env = dict(os.environ, **{faults.ENV_VAR: "example.add_drift"})
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert float(out.stdout) == pytest.approx(2.002)

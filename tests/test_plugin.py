@@ -1,0 +1,206 @@
+"""The plugin end to end, through pytester."""
+
+import json
+
+import pytest
+
+CHECK = """
+import torch
+from harness.results import lower
+
+VALUE = {value!r}
+
+def test_metric(device, results):
+    with device.scope():
+        x = torch.ones(3, device=device.torch_device) * 2
+    results.record("demo/metric/float32", metrics={{"err": VALUE, "x": float(x.sum())}},
+                   rules={{"err": lower(rel=2.0, abs=1e-6)}})
+
+def test_plain():
+    assert True
+"""
+
+
+@pytest.fixture
+def project(pytester):
+    pytester.makeconftest('pytest_plugins = ["harness.plugin"]')
+    pytester.makeini("[pytest]\naddopts = -p no:cacheprovider\n")
+    (pytester.path / "suites" / "demo").mkdir(parents=True)
+
+    def write_check(value):
+        (pytester.path / "suites" / "demo" / "test_demo.py").write_text(CHECK.format(value=value))
+
+    write_check(1e-3)
+    pytester.write_check = write_check
+    return pytester
+
+
+def _results(pytester, folder="results"):
+    path = sorted((pytester.path / folder).glob("*.json"))[-1]
+    return json.loads(path.read_text())
+
+
+def test_help_lists_every_option_with_defaults(project):
+    result = project.runpytest("--help")
+    result.stdout.fnmatch_lines(["NPU conformance harness:", "*--device=TYPE*",
+                                 "*Default: 'auto'*", "*--baseline=MODE*", "*--baseline-dir=PATH*",
+                                 "*--baseline-against=STACK_ID*", "*--results-dir=PATH*",
+                                 "*--inject-fault=NAME*", "*--seed=N*"])
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--device", "tpu"], "*argument --device: invalid choice: 'tpu'*"),
+    (["--baseline", "save"], "*argument --baseline: invalid choice: 'save'*"),
+    (["--seed", "x"], "*argument --seed: 'x' is not an integer*"),
+    (["--baseline-against", "cann"], "*malformed stack id 'cann'*"),
+    (["--op-filter", "("], "*'(' is not a regular expression*"),
+    (["--baseline", "record", "--baseline-against", "torch-1.0"],
+     "*cannot be combined with --baseline-against*"),
+    (["--inject-fault", "no.such"], "*unknown fault 'no.such'*"),
+])
+def test_bad_options_are_usage_errors_naming_the_value(project, args, message):
+    result = project.runpytest(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+
+
+def test_unavailable_device_is_a_usage_error_with_reason(project):
+    result = project.runpytest("--device", "cuda")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--device cuda is not usable: *doctor*"])
+
+
+def test_header_names_device_reasons_stack_baseline_and_seed(project):
+    result = project.runpytest("--seed", "7")
+    result.stdout.fnmatch_lines([
+        "harness: device cpu:0 (*) [[]auto[]]",
+        "harness:   npu not used: *",
+        "harness:   cuda not used: *",
+        "harness: stack torch-* (torch *); cpu/*",
+        "harness: baseline: none for torch-* record one with --baseline record",
+        "harness: seed 7 (+ crc32(nodeid) per test)",
+    ])
+    result.assert_outcomes(passed=2)
+
+
+def test_record_then_compare_round_trip(project):
+    project.runpytest("--baseline", "record", "--baseline-dir", "b").assert_outcomes(passed=2)
+    [stored] = list((project.path / "b" / "cpu").glob("*/*.json"))
+    base = json.loads(stored.read_text())
+    assert set(base["records"]) == {"demo/metric/float32", "demo/test_demo/test_metric",
+                                    "demo/test_demo/test_plain"} - {"demo/test_demo/test_metric"}
+    again = project.runpytest("--baseline-dir", "b")
+    again.assert_outcomes(passed=2)
+    again.stdout.fnmatch_lines(["harness: baseline: *(same stack)",
+                                "*0 regression, 0 improvement, 0 new, 0 missing"])
+
+
+def test_metric_drift_fails_the_producing_test_and_names_everything(project):
+    project.runpytest("--baseline", "record", "--baseline-dir", "b")
+    project.write_check(5e-3)
+    result = project.runpytest("--baseline-dir", "b", "--alerts", "alerts.json")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "*regression against the stored baseline:*",
+        "*regression: demo/metric/float32 err 0.001 -> 0.005 ?lower is better, ratio 2, "
+        "floor 1e-06? (baseline torch-*)",
+        "*reproduce: python -m pytest 'suites/demo/test_demo.py::test_metric' --device cpu*",
+        "1 regression(s):",
+    ])
+    alerts = json.loads((project.path / "alerts.json").read_text())
+    assert alerts["verdict"] == "no-go"
+    assert alerts["regressions"][0]["record_id"] == "demo/metric/float32"
+    assert (project.path / "alerts.md").read_text().startswith("# Conformance run: NO-GO")
+
+
+def test_improvement_is_listed_not_failed(project):
+    project.runpytest("--baseline", "record", "--baseline-dir", "b")
+    project.write_check(1e-5)
+    result = project.runpytest("--baseline-dir", "b")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["1 improvement(s):", "*improvement: demo/metric/float32 err*"])
+
+
+def test_hand_edited_better_baseline_makes_the_run_fail_naming_the_record(project):
+    project.runpytest("--baseline", "record", "--baseline-dir", "b")
+    [stored] = list((project.path / "b" / "cpu").glob("*/*.json"))
+    doc = json.loads(stored.read_text())
+    doc["records"]["demo/metric/float32"]["metrics"]["err"] = 1e-9
+    stored.write_text(json.dumps(doc))
+    result = project.runpytest("--baseline-dir", "b")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["FAILED suites/demo/test_demo.py::test_metric*"])
+    assert "demo/metric/float32" in result.stdout.str()
+
+
+def test_corrupt_baseline_is_an_error_naming_the_file_but_results_are_written(project):
+    project.runpytest("--baseline", "record", "--baseline-dir", "b")
+    [stored] = list((project.path / "b" / "cpu").glob("*/*.json"))
+    stored.write_text(stored.read_text()[:40])
+    result = project.runpytest("--baseline-dir", "b")
+    result.assert_outcomes(passed=2)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([f"harness: baseline: ERROR {stored}:*not valid JSON*",
+                                 f"ERROR baseline error: {stored}:*"])
+    assert _results(project)["records"]
+
+
+def test_status_change_is_a_regression(project):
+    project.runpytest("--baseline", "record", "--baseline-dir", "b")
+    (project.path / "suites" / "demo" / "test_demo.py").write_text(
+        CHECK.format(value=1e-3).replace("assert True", "assert False"))
+    result = project.runpytest("--baseline-dir", "b")
+    result.stdout.fnmatch_lines(["*regression: demo/test_demo/test_plain status pass -> fail*"])
+
+
+def test_npu_marker_applies_to_suites_only(project):
+    project.makepyfile(test_outside="def test_x():\n    pass\n")
+    result = project.runpytest("-m", "npu", "--collect-only", "-q")
+    assert "test_outside.py" not in result.stdout.str()
+    result.stdout.fnmatch_lines(["suites/demo/test_demo.py::test_metric"])
+
+
+def test_slow_checks_skip_unless_asked(project):
+    (project.path / "suites" / "demo" / "test_big.py").write_text(
+        "import pytest\n@pytest.mark.slow\ndef test_big():\n    pass\n")
+    project.runpytest("suites/demo/test_big.py").assert_outcomes(skipped=1)
+    project.runpytest("suites/demo/test_big.py", "--run-slow").assert_outcomes(passed=1)
+
+
+def test_seed_is_per_test_and_stable(project):
+    (project.path / "suites" / "demo" / "test_seed.py").write_text(
+        "import random, zlib\n"
+        "def test_a(request):\n"
+        "    expect = (3 + zlib.crc32(request.node.nodeid.encode())) & 0xFFFFFFFF\n"
+        "    random.seed(expect); want = random.random()\n"
+        "    assert True\n")
+    first = project.runpytest("suites/demo/test_seed.py", "--seed", "3")
+    first.assert_outcomes(passed=1)
+    from harness.plugin import seed_for
+    assert seed_for(3, "a") == seed_for(3, "a") != seed_for(3, "b")
+
+
+def test_injected_fault_turns_example_red(project):
+    (project.path / "suites" / "demo" / "test_add.py").write_text(
+        "import torch\n"
+        "def test_add(device):\n"
+        "    with device.scope():\n"
+        "        assert (torch.ones(2) + torch.ones(2)).eq(2).all()\n")
+    project.runpytest("suites/demo/test_add.py").assert_outcomes(passed=1)
+    result = project.runpytest("suites/demo/test_add.py", "--inject-fault", "example.add_drift")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["harness: INJECTED FAULTS: example.add_drift"])
+
+
+def test_xdist_records_reach_the_controller(project):
+    for index in range(4):
+        (project.path / "suites" / "demo" / f"test_x{index}.py").write_text(
+            "def test_r(results):\n"
+            f"    results.record('demo/x{index}', metrics={{'v': {index}}})\n")
+    result = project.runpytest_subprocess("-n", "2", "--baseline", "record",
+                                          "--baseline-dir", "b")
+    result.assert_outcomes(passed=6)
+    records = _results(project)["records"]
+    assert {f"demo/x{i}" for i in range(4)} <= set(records)
+    [stored] = list((project.path / "b" / "cpu").glob("*/*.json"))
+    assert {f"demo/x{i}" for i in range(4)} <= set(json.loads(stored.read_text())["records"])

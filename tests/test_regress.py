@@ -1,0 +1,83 @@
+import pytest
+
+from harness import regress
+from harness.results import Record, RunResults, equal, higher, lower
+
+
+@pytest.mark.parametrize("old,new,expected", [
+    (1e-3, 1.9e-3, None),            # within the ratio
+    (1e-3, 2.5e-3, "regression"),    # past ratio and floor
+    (0.0, 1e-9, None),               # a 0.0 baseline: the floor absorbs noise
+    (0.0, 1e-3, "regression"),
+    (1e-3, 4e-4, "improvement"),
+])
+def test_lower_is_better_rule(old, new, expected):
+    assert regress.judge(old, new, lower(rel=2.0, abs=1e-6)) == expected
+
+
+def test_higher_is_better_rule():
+    rule = higher(rel=1.1)
+    assert regress.judge(100.0, 95.0, rule) is None
+    assert regress.judge(100.0, 80.0, rule) == "regression"
+    assert regress.judge(100.0, 120.0, rule) == "improvement"
+
+
+def test_equal_rule_on_numbers_and_strings():
+    assert regress.judge(64, 64, equal()) is None
+    assert regress.judge(64, 32, equal()) == "regression"
+    assert regress.judge("float32", "bfloat16", equal()) == "regression"
+
+
+def test_nan_appearing_is_a_regression():
+    assert regress.judge(0.5, "nan", lower()) == "regression"
+
+
+def test_noise_aware_rule_ignores_changes_within_the_spread():
+    rule = lower(rel=1.05, noise=3.0)
+    assert regress.judge(10.0, 11.0, rule, old_spread=0.5, new_spread=0.5) is None
+    assert regress.judge(10.0, 14.0, rule, old_spread=0.5, new_spread=0.5) == "regression"
+
+
+@pytest.mark.parametrize("old,new,kind", [
+    ("pass", "fail", "regression"), ("pass", "error", "regression"),
+    ("pass", "unsupported", "regression"), ("pass", "fallback", "regression"),
+    ("fallback", "unsupported", "regression"), ("unsupported", "pass", "improvement"),
+    ("pass", "skip", None), ("fail", "fail", None),
+])
+def test_status_transitions(old, new, kind):
+    found = regress.compare_record(Record("ops/x", status=new), Record("ops/x", status=old))
+    assert [f.kind for f in found] == ([kind] if kind else [])
+
+
+def test_compare_reports_new_and_missing_for_suites_that_ran(fingerprint):
+    base = RunResults(fingerprint, {r.id: r for r in [Record("ops/a"), Record("ops/b"),
+                                                       Record("amp/c")]})
+    current = RunResults(fingerprint, {r.id: r for r in [Record("ops/a"), Record("ops/new")]})
+    kinds = {(f.kind, f.record_id) for f in regress.compare(current, base, "torch-2.4.0")}
+    assert kinds == {("new", "ops/new"), ("missing", "ops/b")}
+
+
+def test_finding_message_names_record_values_rule_and_baseline():
+    rule = lower(rel=2.0, abs=1e-6)
+    [finding] = regress.compare_record(
+        Record("ops/exp/float32/fwd", metrics={"max_rel_err": 1e-3}, rules={"max_rel_err": rule}),
+        Record("ops/exp/float32/fwd", metrics={"max_rel_err": 1e-5}, rules={"max_rel_err": rule}),
+        baseline="torch-2.3.0")
+    assert finding.kind == "regression"
+    for part in ("ops/exp/float32/fwd", "max_rel_err", "1e-05", "0.001", "ratio 2",
+                 "torch-2.3.0"):
+        assert part in finding.message
+
+
+def test_alerts_are_written_as_json_and_markdown(tmp_path):
+    import json
+
+    findings = [regress.Finding("regression", "ops/a", "err", 1.0, 3.0, lower().to_json(), "b"),
+                regress.Finding("improvement", "ops/b", "err", 3.0, 1.0, lower().to_json(), "b")]
+    paths = regress.write_alerts(tmp_path / "alerts.json", findings, {"stack_id": "torch-2.4.0"})
+    doc = json.loads(paths[0].read_text())
+    assert doc["verdict"] == "no-go"
+    assert [r["record_id"] for r in doc["regressions"]] == ["ops/a"]
+    assert [r["record_id"] for r in doc["improvements"]] == ["ops/b"]
+    markdown = paths[1].read_text()
+    assert "NO-GO" in markdown and "`ops/a`" in markdown
