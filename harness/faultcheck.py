@@ -1,7 +1,7 @@
 """``python -m harness faults check``: prove every fault turns a green run red.
 
-1. A clean run of the union of every selected fault's checks, recording a fresh
-   baseline in a temporary folder (so drift faults that pass every absolute standard are
+1. A clean run of the union of every selected fault's checks (one per distinct set of
+   extra options), recording a fresh baseline in a temporary folder (so drift faults that pass every absolute standard are
    caught through the baseline, exactly as after a real upgrade).
 2. One run per fault: only its checks, with ``--inject-fault NAME``, compared against
    that baseline. The fault is *caught* when at least one of its checks fails.
@@ -91,21 +91,32 @@ def run_pytest(args: Sequence[str], results_dir: Path, *, root: Path, timeout: f
 
 def check(selected: Sequence[Fault], *, root: Path, device: str = "cpu", jobs: int = 2,
           timeout: float = 900.0, progress=None) -> tuple[RunOutcome, list[FaultResult]]:
-    """Run the clean baseline run, then one run per fault (``jobs`` at a time)."""
+    """Clean baseline run(s), then one run per fault (``jobs`` at a time).
+
+    Faults that need extra pytest options (``pytest_args``, e.g. a shorter distributed
+    timeout or opt-in benchmarks) get a clean run of their own with the same options, so
+    each fault is compared against a clean run of exactly what it runs.
+    """
     say = progress or (lambda _msg: None)
+    groups: dict[tuple[str, ...], list[Fault]] = {}
+    for fault in selected:
+        groups.setdefault(tuple(fault.pytest_args), []).append(fault)
     with tempfile.TemporaryDirectory(prefix="harness-faults-") as tmp:
         work = Path(tmp)
-        base_dir = work / "baselines"
-        checks = list(dict.fromkeys(c for fault in selected for c in fault.checks))
-        say(f"clean run: {len(checks)} check selections, recording a fresh baseline")
-        clean = run_pytest([*checks, "--device", device, "--baseline", "record",
-                            "--baseline-dir", str(base_dir)], work / "clean",
-                           root=root, timeout=timeout)
-        say(f"clean run: exit {clean.exit_code}, {len(clean.outcomes)} tests, "
-            f"{clean.seconds:.0f} s")
+        group_dirs = {args: work / f"group{i}" for i, args in enumerate(groups)}
+
+        def clean_run(args: tuple[str, ...]) -> RunOutcome:
+            checks = list(dict.fromkeys(c for fault in groups[args] for c in fault.checks))
+            outcome = run_pytest([*checks, *args, "--device", device, "--baseline", "record",
+                                  "--baseline-dir", str(group_dirs[args] / "baselines")],
+                                 group_dirs[args] / "clean", root=root, timeout=timeout)
+            say(f"clean run {' '.join(args) or '(default options)'}: exit {outcome.exit_code}, "
+                f"{len(outcome.outcomes)} tests, {outcome.seconds:.0f} s")
+            return outcome
 
         def one(index_fault: tuple[int, Fault]) -> FaultResult:
             index, fault = index_fault
+            base_dir = group_dirs[tuple(fault.pytest_args)] / "baselines"
             outcome = run_pytest([*fault.checks, *fault.pytest_args, "--device", device,
                                   "--inject-fault", fault.name, "--baseline", "compare",
                                   "--baseline-dir", str(base_dir)], work / f"fault{index}",
@@ -116,8 +127,21 @@ def check(selected: Sequence[Fault], *, root: Path, device: str = "cpu", jobs: i
             return result
 
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            cleans = list(pool.map(clean_run, groups))
             found = list(pool.map(one, enumerate(selected)))
-    return clean, found
+    return _merge(cleans), found
+
+
+def _merge(runs: Sequence[RunOutcome]) -> RunOutcome:
+    """Several clean runs as one: worst exit code, all outcomes, summed time."""
+    outcomes: dict[str, str] = {}
+    for run in runs:
+        for nodeid, outcome in run.outcomes.items():
+            outcomes[nodeid] = outcome if outcomes.get(nodeid) in (None, "passed") \
+                else outcomes[nodeid]
+    exit_code = next((r.exit_code for r in runs if r.exit_code != 0), 0)
+    return RunOutcome(exit_code, outcomes, sum(r.seconds for r in runs),
+                      "\n".join(r.output for r in runs))
 
 
 def clean_ok(clean: RunOutcome) -> bool:

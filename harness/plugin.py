@@ -48,10 +48,11 @@ HYPOTHESIS_PROFILES = {
 HYPOTHESIS_ENV = "HARNESS_HYPOTHESIS_PROFILE"
 MARKERS = {
     "npu": "a device-under-test conformance check (applied to everything under suites/)",
-    "slow": "a long check (large sweeps); skipped unless --run-slow or -m names slow",
+    "slow": "a long check (large sweeps); skipped unless --run-slow or -m slow",
     "distributed": "runs several ranks with the device's collective backend",
     "memory": "measures peak memory, OOM thresholds or leaks",
-    "benchmark": "measures throughput or latency (noise-aware comparison)",
+    "benchmark": "measures throughput or latency (noise-aware comparison); skipped unless "
+                 "--run-benchmarks or -m benchmark",
 }
 
 
@@ -124,6 +125,9 @@ OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
                             "Default: %(default)r")),
     (("--run-slow",), dict(action="store_true", default=False,
                            help="Run checks marked slow (large sweeps). Default: %(default)r")),
+    (("--run-benchmarks",), dict(action="store_true", default=False,
+                                 help="Run checks marked benchmark (timings, compared "
+                                      "noise-aware). Default: %(default)r")),
     (("--op-filter",), dict(default=None, metavar="REGEX", type=_regex,
                             help="Only op cases whose id matches REGEX (re.search). "
                                  "Default: %(default)r")),
@@ -159,10 +163,16 @@ class Settings:
     faults: tuple[str, ...] = ()
     seed: int = 0
     run_slow: bool = False
+    run_benchmarks: bool = False
     op_filter: Optional[str] = None
     op_budget: float = 600.0
     training_scale: str = "small"
     dist_timeout: float = 120.0
+
+
+def _names_marker(markexpr: str, marker: str) -> bool:
+    """Whether ``-m`` asks for an opt-in marker (``-m slow``, not ``-m "not slow"``)."""
+    return bool(re.search(rf"\b{marker}\b", markexpr)) and f"not {marker}" not in markexpr
 
 
 def _settings(config: pytest.Config) -> Settings:
@@ -183,8 +193,8 @@ def _settings(config: pytest.Config) -> Settings:
         results_dir=place(opt("results_dir"), "results"),
         alerts=(here / opt("alerts")).resolve() if opt("alerts") else None,
         faults=tuple(opt("inject_fault")), seed=opt("seed"),
-        run_slow=bool(opt("run_slow")) or bool(re.search(r"\bslow\b", markexpr)
-                                               and "not slow" not in markexpr),
+        run_slow=bool(opt("run_slow")) or _names_marker(markexpr, "slow"),
+        run_benchmarks=bool(opt("run_benchmarks")) or _names_marker(markexpr, "benchmark"),
         op_filter=opt("op_filter"), op_budget=opt("op_budget"),
         training_scale=opt("training_scale"), dist_timeout=opt("dist_timeout"),
     )
@@ -319,12 +329,15 @@ def _suite_area(item: pytest.Item) -> Optional[str]:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     state = config.stash.get(STATE, None)
-    skip_slow = pytest.mark.skip(reason="slow check: run with --run-slow (or -m slow)")
+    opt_in = {"slow": (state.settings.run_slow if state else False, "--run-slow (or -m slow)"),
+              "benchmark": (state.settings.run_benchmarks if state else False,
+                            "--run-benchmarks (or -m benchmark)")}
     for item in items:
         if _suite_area(item) is not None:
             item.add_marker(pytest.mark.npu)
-        if state is not None and not state.settings.run_slow and item.get_closest_marker("slow"):
-            item.add_marker(skip_slow)
+        for marker, (enabled, how) in opt_in.items():
+            if not enabled and item.get_closest_marker(marker):
+                item.add_marker(pytest.mark.skip(reason=f"{marker} check: run with {how}"))
 
 
 # -------------------------------------------------------------------------- fixtures
