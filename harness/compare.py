@@ -34,6 +34,15 @@ infinite ratio. Every denominator therefore has a floor: one machine epsilon of 
 dtype for relative errors, epsilon times the reference's RMS for RMSE, and
 ``small_value_atol`` for small-value errors.
 
+Note [CPU's own error]
+~~~~~~~~~~~~~~~~~~~~~~
+Where the CPU's kernel in the DUT's dtype itself misses an absolute bar (bf16 ``rsqrt`` is
+not correctly rounded on the CPU; an fp16 gradient ``1 - tanh(x)^2`` cancels to 0 so its
+cosine with the fp32 reference is 0), a DUT that does no worse than the CPU passes: the
+absolute standard allows each element the larger of its threshold and the low-precision
+reference's error there, and the cosine floor accepts a cosine not below the low-precision
+reference's. Without a low-precision reference the bars are absolute.
+
 Note [Non-finite values]
 ~~~~~~~~~~~~~~~~~~~~~~~~
 The DUT may produce NaN/Inf exactly where the reference *rounded to the DUT's dtype*
@@ -303,12 +312,15 @@ def _float(dut: torch.Tensor, ref: torch.Tensor, lowp: Optional[torch.Tensor],
     rms_ref = math.sqrt(_f((fr * fr).mean())) if fr.numel() else 0.0
 
     ref_m: Optional[dict[str, float]] = None
+    low_err: Optional[torch.Tensor] = None  # the CPU's own error per element (finite positions)
     if lowp is not None and lowp.shape == dut.shape:
         lw = lowp.double().reshape(-1)
         lfinite = finite & torch.isfinite(lw)
         ref_m = _errors(lw[lfinite], r[lfinite], limits, dtype, want_ulp)
-        for key in ("max_abs_err", "max_rel_err", "mean_rel_err", "rmse", "small_abs_err",
-                    "err_balance", *(("ulp_gt1_share", "ulp_mean") if want_ulp else ())):
+        low_err = (lw[finite] - fr).abs().nan_to_num(nan=0.0, posinf=0.0)
+        metrics["ref_cosine"] = ref_m["cosine"]
+        for key in ("max_rel_err", "mean_rel_err", "rmse", "small_abs_err",
+                    *(("ulp_gt1_share", "ulp_mean") if want_ulp else ())):
             metrics[f"ref_{key}"] = ref_m[key]
 
     # Per-element allowance: an element is mismatched when its error exceeds it.
@@ -322,6 +334,9 @@ def _float(dut: torch.Tensor, ref: torch.Tensor, lowp: Optional[torch.Tensor],
         described = (f"relative error <= {_fmt(limits.abs_rtol)} where |reference| >= "
                      f"{_fmt(limits.small_value)}, else absolute error <= "
                      f"{_fmt(limits.small_value_atol)}")
+        if low_err is not None:  # Note [CPU's own error]
+            allowance = torch.maximum(allowance, low_err)
+            described += "; or no worse than the CPU in the same dtype"
     elif standard == "ulp":
         std = STANDARDS["ulp"].limits
         low = dtype in (torch.float16, torch.bfloat16)
@@ -372,8 +387,12 @@ def _float(dut: torch.Tensor, ref: torch.Tensor, lowp: Optional[torch.Tensor],
     if nan_inf:
         failures.append(f"{nan_inf} NaN/Inf position(s) differ from the reference's")
     cosine = m["cosine"]
-    if cosine < FLOOR["cosine"] and m["max_abs_err"] > limits.atol:
-        failures.append(f"cosine {_fmt(cosine)} < floor {FLOOR['cosine']:g}")
+    cpu_cosine = ref_m["cosine"] if ref_m is not None else None
+    if (cosine < FLOOR["cosine"] and m["max_abs_err"] > limits.atol
+            and (cpu_cosine is None or cosine < cpu_cosine - 1e-3)):  # Note [CPU's own error]
+        failures.append(f"cosine {_fmt(cosine)} < floor {FLOOR['cosine']:g}"
+                        + (f" and below the CPU's own {_fmt(cpu_cosine)}"
+                           if cpu_cosine is not None else ""))
 
     rules = _rules(metrics, standard, eps, rms_ref, fr)
     if not failures:

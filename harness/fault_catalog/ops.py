@@ -1,0 +1,92 @@
+"""Faults the op family must catch (issue 3, part 7); each names the narrowest checks.
+
+All act at the aten level inside the DUT scope, as a broken NPU kernel would: the Python
+API the catalog calls is untouched, the kernel behind it is wrong.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from harness.faults import perturb_op
+
+SUITE = "suites/ops/test_catalog.py"
+
+
+def _softmax_without_max(out, args, kwargs):
+    """exp(x) / sum(exp(x)) in the input dtype: overflows to inf/inf = NaN for logits > ~11
+    in fp16, which a max-subtracting kernel never does."""
+    x, dim = args[0], args[1]
+    e = torch.exp(x)
+    return e / e.sum(dim, keepdim=True)
+
+
+def _scale_weight_grad(out, args, kwargs):
+    grad_input, grad_weight, grad_bias = out
+    return (grad_input, None if grad_weight is None else grad_weight * 1.001, grad_bias)
+
+
+def _nan_to_zero(out, args, kwargs):
+    return torch.where(torch.isnan(out), torch.zeros_like(out), out)
+
+
+_NOISE = torch.Generator().manual_seed(20261130)
+
+
+def _run_to_run_noise(out, args, kwargs):
+    """Half an ULP of random noise, fresh on every call: inside every precision standard,
+    but no two runs agree bit for bit."""
+    eps = torch.finfo(out.dtype).eps
+    noise = torch.randn(out.shape, generator=_NOISE).to(out.dtype)
+    return out + out.abs() * (0.5 * eps) * noise
+
+
+EXP_REL_ERROR = perturb_op(
+    "ops.exp_rel_error", family="ops",
+    description="aten.exp returns fp32 results with a relative error of 1e-4",
+    op="aten.exp.default", dtypes=("float32",),
+    transform=lambda out, args, kwargs: out * (1 + 1e-4),
+    checks=(f"{SUITE}::test_op[exp-float32]",),
+)
+
+SOFTMAX_NO_MAX = perturb_op(
+    "ops.softmax_fp16_no_max", family="ops",
+    description="fp16 softmax computed without subtracting the row max (overflow to NaN "
+                "for large logits)",
+    op="aten._softmax.default", dtypes=("float16",), transform=_softmax_without_max,
+    checks=(f"{SUITE}::test_op[softmax-float16]",),
+)
+
+CONV_WEIGHT_GRAD = perturb_op(
+    "ops.conv2d_weight_grad_scaled", family="ops",
+    description="convolution backward returns the weight gradient scaled by 1.001",
+    op="aten.convolution_backward.default", transform=_scale_weight_grad,
+    checks=(f"{SUITE}::test_op[conv2d-float32]",),
+)
+
+LOG_NAN_TO_ZERO = perturb_op(
+    "ops.log_nan_to_zero", family="ops",
+    description="aten.log returns 0 where the result should be NaN (negative inputs)",
+    op="aten.log.default", transform=_nan_to_zero,
+    checks=(f"{SUITE}::test_op[log-float32]",),
+)
+
+MM_NOISE = perturb_op(
+    "ops.mm_run_to_run_noise", family="ops",
+    description="aten.mm adds half an ULP of fresh random noise on every call "
+                "(non-deterministic, yet within the ULP standard)",
+    op="aten.mm.default", transform=_run_to_run_noise,
+    checks=(f"{SUITE}::test_mm_run_twice_bit_identical",),
+)
+
+ADD_DRIFT = perturb_op(
+    "ops.add_rel_drift", family="ops",
+    description="fp32 aten.add drifts by 2.5e-7 (relative): inside the absolute standard "
+                "(2^-20 = 9.5e-7) but several times the baseline max_rel_err; only the "
+                "baseline comparison can catch it",
+    op="aten.add.Tensor", dtypes=("float32",),
+    transform=lambda out, args, kwargs: out * (1 + 2.5e-7),
+    checks=(f"{SUITE}::test_op[add-float32]",),
+)
+
+FAULTS = [EXP_REL_ERROR, SOFTMAX_NO_MAX, CONV_WEIGHT_GRAD, LOG_NAN_TO_ZERO, MM_NOISE, ADD_DRIFT]

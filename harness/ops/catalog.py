@@ -1,0 +1,1015 @@
+"""The curated op catalog: training-relevant ops as data rows (DESIGN.md, issue 3).
+
+Each row is an :class:`~harness.ops.spec.OpEntry`: a name, a callable, samples, dtypes,
+backward, precision standard. Sample templates (:func:`unary`, :func:`binary`,
+:func:`reduction`, ...) give every op the same shape families: ``typical``, ``odd257``
+(odd sizes), ``noncontig``, ``bcast`` (broadcasting), ``empty`` and a ``large``
+(>= 1M elements) case marked slow. Adding an op is adding a row.
+
+Standards follow the table in DESIGN.md: ``exact`` for copies/layout/indices,
+``absolute`` for add/sub/mul/div/reciprocal/rsqrt/relu-like, ``ulp`` for matrix
+multiplication, ``relative`` for everything else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import torch.nn.functional as F  # noqa: N812 - the usual alias
+
+from harness.ops.spec import FLOATS, INTS, I, M, OpEntry, Sample, T, late_bound
+from harness.ops.stats import dropout_judge
+
+FI = FLOATS + INTS  # ops that also take integer tensors
+F32 = ("float32",)  # ops the CPU reference implements in fp32 only (see each note)
+LARGE = (1024, 1024)  # 1,048,576 elements
+
+
+# ------------------------------------------------------------------------- templates
+
+def unary(domain: str = "normal", *, empty: bool = True, extra: tuple = (),
+          kwargs: dict | None = None) -> tuple[Sample, ...]:
+    kw = dict(kwargs or {})
+    samples = [Sample("typical", (T((16, 64), domain),), kw),
+               Sample("odd257", (T((3, 257), domain),), kw),
+               Sample("noncontig", (T((33, 17), domain, noncontig=True),), kw),
+               Sample("scalar", (T((), domain),), kw)]
+    if empty:
+        samples.append(Sample("empty", (T((0, 64), domain),), kw))
+    samples += list(extra)
+    samples.append(Sample("large", (T(LARGE, domain),), kw, slow=True))
+    return tuple(samples)
+
+
+def binary(da: str = "normal", db: str = "normal", *, kwargs: dict | None = None,
+           grad_b: bool = True) -> tuple[Sample, ...]:
+    kw = dict(kwargs or {})
+    return (Sample("typical", (T((16, 64), da), T((16, 64), db, grad=grad_b)), kw),
+            Sample("odd257", (T((3, 257), da), T((3, 257), db, grad=grad_b)), kw),
+            Sample("noncontig", (T((33, 17), da, noncontig=True),
+                                 T((33, 17), db, grad=grad_b)), kw),
+            Sample("bcast", (T((4, 1, 64), da), T((1, 5, 64), db, grad=grad_b)), kw),
+            Sample("empty", (T((0, 64), da), T((0, 64), db, grad=grad_b)), kw),
+            Sample("large", (T(LARGE, da), T(LARGE, db, grad=grad_b)), kw, slow=True))
+
+
+def ternary(da="normal", db="normal", dc="normal", *, kwargs=None) -> tuple[Sample, ...]:
+    kw = dict(kwargs or {})
+    return (Sample("typical", (T((16, 64), da), T((16, 64), db), T((16, 64), dc)), kw),
+            Sample("odd257", (T((3, 257), da), T((3, 257), db), T((3, 257), dc)), kw),
+            Sample("noncontig", (T((33, 17), da, noncontig=True), T((33, 17), db),
+                                 T((33, 17), dc)), kw),
+            Sample("bcast", (T((4, 1, 64), da), T((1, 5, 64), db), T((64,), dc)), kw),
+            Sample("empty", (T((0, 64), da), T((0, 64), db), T((0, 64), dc)), kw),
+            Sample("large", (T(LARGE, da), T(LARGE, db), T(LARGE, dc)), kw, slow=True))
+
+
+def reduction(domain: str = "normal", *, all_kwargs: dict | None = None, dim_kw: str = "dim",
+              keepdim: bool = True, **kw) -> tuple[Sample, ...]:
+    all_kwargs = {dim_kw: (0, 1)} if all_kwargs is None else all_kwargs
+    samples = [Sample("typical", (T((16, 64), domain),), {dim_kw: 1, **kw}),
+               Sample("all", (T((16, 64), domain),), {**all_kwargs, **kw}),
+               Sample("odd257", (T((3, 257), domain),), {dim_kw: -1, **kw}),
+               Sample("noncontig", (T((33, 17), domain, noncontig=True),), {dim_kw: 0, **kw}),
+               Sample("empty", (T((0, 64), domain),), {dim_kw: 1, **kw}),
+               Sample("large", (T(LARGE, domain),), {dim_kw: 1, **kw}, slow=True)]
+    if keepdim:
+        samples.insert(2, Sample("keepdim", (T((8, 33), domain),), {dim_kw: 0, "keepdim": True,
+                                                                       **kw}))
+    return tuple(samples)
+
+
+def scan(domain: str = "normal") -> tuple[Sample, ...]:
+    return (Sample("typical", (T((16, 64), domain),), {"dim": 1}),
+            Sample("dim0", (T((16, 64), domain),), {"dim": 0}),
+            Sample("odd257", (T((3, 257), domain),), {"dim": -1}),
+            Sample("noncontig", (T((33, 17), domain, noncontig=True),), {"dim": 1}),
+            Sample("empty", (T((0, 64), domain),), {"dim": 1}),
+            Sample("large", (T(LARGE, domain),), {"dim": 1}, slow=True))
+
+
+def softmaxish() -> tuple[Sample, ...]:
+    return (Sample("typical", (T((16, 64)),), {"dim": -1}),
+            Sample("odd257", (T((3, 257)),), {"dim": -1}),
+            Sample("dim1_3d", (T((4, 10, 12)),), {"dim": 1}),
+            Sample("noncontig", (T((33, 17), noncontig=True),), {"dim": 0}),
+            Sample("large_logits", (T((8, 128), "large"),), {"dim": -1}),
+            Sample("empty", (T((0, 64)),), {"dim": -1}),
+            Sample("large", (T(LARGE),), {"dim": -1}, slow=True))
+
+
+def loss(input_domain="normal", target_domain="normal", *, target_grad=False, extra=(),
+         empty=True) -> tuple[Sample, ...]:
+    samples = [Sample("typical", (T((16, 64), input_domain),
+                                  T((16, 64), target_domain, grad=target_grad))),
+               Sample("sum", (T((16, 64), input_domain),
+                              T((16, 64), target_domain, grad=target_grad)), {"reduction": "sum"}),
+               Sample("none", (T((16, 64), input_domain),
+                               T((16, 64), target_domain, grad=target_grad)),
+                      {"reduction": "none"}),
+               Sample("odd257", (T((3, 257), input_domain),
+                                 T((3, 257), target_domain, grad=target_grad))),
+               Sample("noncontig", (T((33, 17), input_domain, noncontig=True),
+                                    T((33, 17), target_domain, grad=target_grad)))]
+    if empty:
+        samples.append(Sample("empty", (T((0, 64), input_domain),
+                                        T((0, 64), target_domain, grad=target_grad)),
+                              {"reduction": "sum"}))
+    samples += list(extra)
+    samples.append(Sample("large", (T(LARGE, input_domain),
+                                    T(LARGE, target_domain, grad=target_grad)), slow=True))
+    return tuple(samples)
+
+
+def foreach(n_lists: int = 1, domains=("normal",), scalar=None, list_kw=None) -> tuple:
+    """Lists of tensors of different shapes (as optimizers hold them)."""
+    def lists(shapes, noncontig=False):
+        return tuple([T(s, domains[i % len(domains)], grad=False,
+                        noncontig=noncontig and len(s) >= 2) for s in shapes]
+                     for i in range(n_lists))
+    extra = () if scalar is None else (scalar,)
+    kw = dict(list_kw or {})
+    return (Sample("typical", (*lists([(16, 64), (64,), (8, 3, 3)]), *extra), kw),
+            Sample("odd257", (*lists([(3, 257), (257,)]), *extra), kw),
+            Sample("noncontig", (*lists([(33, 17), (9, 5)], noncontig=True), *extra), kw),
+            Sample("empty", (*lists([(0, 64), (7,)]), *extra), kw),
+            Sample("large", (*lists([LARGE, (10,)]), *extra), kw, slow=True))
+
+
+def conv(nd: int, transpose: bool = False) -> tuple[Sample, ...]:
+    """Conv samples: stride, padding, dilation, groups, odd channels, empty batch."""
+    sp = {1: (20,), 2: (10, 10), 3: (6, 6, 6)}[nd]
+    k = (3,) * nd
+
+    def w(cin, cout, groups=1):  # conv: (out, in/g, k); transpose: (in, out/g, k)
+        return T((cin, cout // groups, *k)) if transpose else T((cout, cin // groups, *k))
+
+    large_x = {1: T((16, 16, 4096)), 2: T((4, 16, 128, 128)), 3: T((1, 32, 32, 32, 32))}[nd]
+    return (Sample("typical", (T((2, 4, *sp)), w(4, 6), T((6,)))),
+            Sample("stride2_pad1", (T((2, 4, *sp)), w(4, 6), T((6,))),
+                   {"stride": 2, "padding": 1}),
+            Sample("dilation2", (T((2, 4, *sp)), w(4, 6), None),
+                   {"dilation": 2, "padding": 2}),
+            Sample("groups2", (T((2, 4, *sp)), w(4, 6, 2), T((6,))), {"groups": 2}),
+            Sample("depthwise", (T((2, 6, *sp)), w(6, 6, 6), None), {"groups": 6}),
+            Sample("odd_channels", (T((1, 3, *(s + 1 for s in sp))), w(3, 5), T((5,)))),
+            Sample("noncontig", (T((2, 4, *sp), noncontig=True), w(4, 6), T((6,)))),
+            Sample("empty", (T((0, 4, *sp)), w(4, 6), T((6,)))),
+            Sample("large", (large_x, w(large_x.shape[1], 8), T((8,))), slow=True))
+
+
+def pool(nd: int, **kw) -> tuple[Sample, ...]:
+    sp = {1: (24,), 2: (12, 12), 3: (6, 6, 6)}[nd]
+    large = {1: (16, 64, 1024), 2: (4, 16, 128, 128), 3: (2, 8, 64, 64, 16)}[nd]
+    return (Sample("typical", (T((2, 3, *sp), "distinct"),), {"kernel_size": 2, **kw}),
+            Sample("k3s2p1", (T((2, 3, *sp), "distinct"),),
+                   {"kernel_size": 3, "stride": 2, "padding": 1, **kw}),
+            Sample("odd", (T((1, 3, *(s + (3 if nd < 3 else 1) for s in sp)), "distinct"),),
+                   {"kernel_size": 3, "stride": 2, **kw}),
+            Sample("noncontig", (T((2, 3, *sp), "distinct", noncontig=True),),
+                   {"kernel_size": 2, **kw}),
+            Sample("empty", (T((0, 3, *sp)),), {"kernel_size": 2, **kw}),
+            Sample("large", (T(large),), {"kernel_size": 2, **kw}, slow=True))
+
+
+def adaptive(nd: int, out) -> tuple[Sample, ...]:
+    sp = {1: (23,), 2: (11, 13), 3: (7, 6, 9)}[nd]
+    large = {1: (16, 64, 1024), 2: (4, 16, 128, 128), 3: (2, 8, 64, 64, 16)}[nd]
+    return (Sample("typical", (T((2, 3, *sp), "distinct"),), {"output_size": out}),
+            Sample("one", (T((2, 3, *sp), "distinct"),), {"output_size": 1}),
+            Sample("noncontig", (T((2, 3, *sp), "distinct", noncontig=True),),
+                   {"output_size": out}),
+            Sample("empty", (T((0, 3, *sp)),), {"output_size": out}),
+            Sample("large", (T(large),), {"output_size": out}, slow=True))
+
+
+def interp(nd: int, mode: str, align: bool) -> tuple[Sample, ...]:
+    sp = {1: (9,), 2: (7, 9), 3: (4, 5, 6)}[nd]
+    large = {1: (16, 64, 1024), 2: (4, 16, 128, 128), 3: (2, 8, 64, 64, 16)}[nd]
+    extra = {"align_corners": False} if align else {}
+    samples = [Sample("up2", (T((2, 3, *sp)),), {"scale_factor": 2, "mode": mode, **extra}),
+               Sample("down_size", (T((2, 3, *(s * 2 + 1 for s in sp))),),
+                      {"size": sp, "mode": mode, **extra}),
+               Sample("odd_size", (T((1, 2, *sp)),),
+                      {"size": tuple(s * 2 + 3 for s in sp), "mode": mode, **extra}),
+               Sample("noncontig", (T((2, 3, *sp), noncontig=True),),
+                      {"scale_factor": 2, "mode": mode, **extra}),
+               Sample("empty", (T((0, 3, *sp)),), {"scale_factor": 2, "mode": mode, **extra}),
+               Sample("large", (T(large),), {"scale_factor": 2, "mode": mode, **extra},
+                      slow=True)]
+    if align:
+        samples.insert(1, Sample("align_corners", (T((2, 3, *sp)),),
+                                 {"scale_factor": 2, "mode": mode, "align_corners": True}))
+    return tuple(samples)
+
+
+def layout(extra: tuple = (), *, empty: bool = True, kwargs=None,
+           domain: str = "normal") -> tuple[Sample, ...]:
+    kw = dict(kwargs or {})
+    samples = [Sample("typical", (T((4, 8, 16), domain),), kw),
+               Sample("odd257", (T((3, 5, 257), domain),), kw),
+               Sample("noncontig", (T((4, 9, 7), domain, noncontig=True),), kw)]
+    if empty:
+        samples.append(Sample("empty", (T((0, 8, 16), domain),), kw))
+    samples += list(extra)
+    samples.append(Sample("large", (T((16, 256, 256), domain),), kw, slow=True))
+    return tuple(samples)
+
+
+def matmul_samples(shapes: dict, *, kwargs=None) -> tuple[Sample, ...]:
+    kw = dict(kwargs or {})
+    out = []
+    for name, args in shapes.items():
+        out.append(Sample(name, tuple(T(s) if isinstance(s, tuple) else s for s in args), kw,
+                          slow=(name == "large")))
+    return tuple(out)
+
+
+def pad_samples(mode: str) -> tuple[Sample, ...]:
+    return (Sample("typical", (T((2, 3, 8, 8)),), {"pad": (1, 2, 2, 1), "mode": mode}),
+            Sample("1d", (T((2, 3, 17)),), {"pad": (3, 2), "mode": mode}),
+            Sample("odd257", (T((1, 2, 257)),), {"pad": (2, 5), "mode": mode}),
+            Sample("noncontig", (T((2, 3, 9, 7), noncontig=True),),
+                   {"pad": (1, 1, 2, 2), "mode": mode}),
+            Sample("large", (T((4, 16, 128, 128)),), {"pad": (1, 1, 1, 1), "mode": mode},
+                   slow=True))
+
+
+# ------------------------------------------------------------------------ functions
+# Small adapters so every row calls fn(*args, **kwargs); kept here, named, not lambdas
+# scattered through rows, so tracebacks say what ran.
+
+def _batch_norm(x, rm, rv, w, b, training=True):
+    return F.batch_norm(x, rm, rv, w, b, training=training)
+
+
+def _layer_norm(x, w, b, eps=1e-5):
+    return F.layer_norm(x, (x.shape[-1],), w, b, eps)
+
+
+def _rms_norm(x, w, eps=1e-6):
+    return F.rms_norm(x, (x.shape[-1],), w, eps)
+
+
+def _clip_grad_norm(grads, max_norm=1.0, norm_type=2.0):
+    params = [torch.nn.Parameter(torch.empty_like(g)) for g in grads]
+    for param, grad in zip(params, grads):
+        param.grad = grad.clone()
+    total = torch.nn.utils.clip_grad_norm_(params, max_norm, norm_type)
+    return (total, *[p.grad for p in params])
+
+
+def _clip_grad_value(grads, clip_value=0.5):
+    params = [torch.nn.Parameter(torch.empty_like(g)) for g in grads]
+    for param, grad in zip(params, grads):
+        param.grad = grad.clone()
+    torch.nn.utils.clip_grad_value_(params, clip_value)
+    return tuple(p.grad for p in params)
+
+
+def _inplace(name):
+    fn = getattr(torch, name)
+
+    def run(first, *rest, **kw):
+        fn(first, *rest, **kw)
+        return tuple(first)
+    run.__name__ = name
+    return run
+
+
+def _tuple(fn):
+    def run(*args, **kw):
+        return tuple(fn(*args, **kw))
+    run.__name__ = getattr(fn, "__name__", "op")
+    return run
+
+
+def _getitem_adv(x, idx):
+    return x[idx]
+
+
+def _getitem_slice(x):
+    return x[:, 1::3]
+
+
+def _permute(x):
+    return x.permute(2, 0, 1).contiguous()
+
+
+def _transpose(x):
+    return x.transpose(0, 1).contiguous()
+
+
+def _expand(x):
+    return x.unsqueeze(1).expand(-1, 3, *x.shape[1:]).contiguous()
+
+
+def _embedding_bag(idx, weight, mode="mean"):
+    return F.embedding_bag(idx, weight, mode=mode)
+
+
+def _sdpa(q, k, v, is_causal=False):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
+
+
+def _prelu(x, w):
+    return F.prelu(x, w)
+
+
+def _unflatten_fold(x, output_size=(8, 8), kernel_size=3):
+    return F.fold(x, output_size, kernel_size)
+
+
+# --------------------------------------------------------------------------- catalog
+
+E = OpEntry
+_X = (T((16, 64)),)
+
+CATALOG: tuple[OpEntry, ...] = (
+    # ---- convolution
+    E("conv1d", F.conv1d, conv(1)),
+    E("conv2d", F.conv2d, conv(2)),
+    E("conv3d", F.conv3d, conv(3)),
+    E("conv_transpose1d", F.conv_transpose1d, conv(1, True)),
+    E("conv_transpose2d", F.conv_transpose2d, conv(2, True)),
+    E("conv_transpose3d", F.conv_transpose3d, conv(3, True)),
+    # ---- matrix multiplication (ULP standard)
+    E("linear", F.linear, matmul_samples({
+        "typical": ((16, 64), (32, 64), (32,)), "odd257": ((3, 257), (5, 257), (5,)),
+        "nobias": ((8, 4, 33), (17, 33), None), "empty": ((0, 64), (32, 64), (32,)),
+        "large": ((1024, 1024), (64, 1024), (64,))}), standard="ulp"),
+    E("matmul", torch.matmul, matmul_samples({
+        "typical": ((16, 64), (64, 32)), "odd257": ((5, 257), (257, 3)),
+        "bcast": ((4, 8, 16), (16, 12)), "batched_bcast": ((2, 1, 8, 16), (3, 16, 4)),
+        "vec": ((33,), (33, 7)), "empty": ((0, 64), (64, 8)),
+        "large": ((1024, 1024), (1024, 16))}), standard="ulp"),
+    E("mm", torch.mm, matmul_samples({
+        "typical": ((16, 64), (64, 32)), "odd257": ((5, 257), (257, 3)),
+        "square": ((33, 33), (33, 33)), "empty": ((0, 64), (64, 8)),
+        "large": ((1024, 1024), (1024, 16))}) + (
+        Sample("noncontig", (T((16, 64), noncontig=True), T((64, 32))), {}),),
+        standard="ulp"),
+    E("bmm", torch.bmm, matmul_samples({
+        "typical": ((4, 16, 32), (4, 32, 8)), "odd257": ((2, 5, 257), (2, 257, 3)),
+        "empty": ((0, 4, 8), (0, 8, 4)), "large": ((64, 128, 128), (64, 128, 16))}) + (
+        Sample("noncontig", (T((4, 16, 32), noncontig=True), T((4, 32, 8))), {}),),
+        standard="ulp"),
+    E("addmm", torch.addmm, matmul_samples({
+        "typical": ((16, 32), (16, 64), (64, 32)), "bcast_bias": ((32,), (16, 64), (64, 32)),
+        "odd257": ((5, 3), (5, 257), (257, 3)), "empty": ((0, 8), (0, 64), (64, 8)),
+        "large": ((1024, 16), (1024, 1024), (1024, 16))}) + (
+        Sample("alpha_beta", (T((16, 32)), T((16, 64)), T((64, 32))), {"beta": 0.5, "alpha": 2.0}),),
+        standard="ulp"),
+    E("baddbmm", torch.baddbmm, matmul_samples({
+        "typical": ((4, 16, 8), (4, 16, 32), (4, 32, 8)),
+        "odd257": ((2, 5, 3), (2, 5, 257), (2, 257, 3)),
+        "bcast": ((16, 8), (4, 16, 32), (4, 32, 8)),
+        "large": ((64, 128, 16), (64, 128, 128), (64, 128, 16))}) + (
+        Sample("alpha_beta", (T((4, 16, 8)), T((4, 16, 32)), T((4, 32, 8))),
+               {"beta": 0.5, "alpha": 0.25}),), standard="ulp"),
+    E("addbmm", torch.addbmm, matmul_samples({
+        "typical": ((16, 8), (4, 16, 32), (4, 32, 8)), "odd257": ((5, 3), (2, 5, 257), (2, 257, 3)),
+        "large": ((128, 16), (64, 128, 128), (64, 128, 16))}), standard="ulp"),
+    E("addmv", torch.addmv, matmul_samples({
+        "typical": ((16,), (16, 64), (64,)), "odd257": ((5,), (5, 257), (257,)),
+        "large": ((1024,), (1024, 1024), (1024,))}), standard="ulp"),
+    E("mv", torch.mv, matmul_samples({
+        "typical": ((16, 64), (64,)), "odd257": ((5, 257), (257,)),
+        "empty": ((0, 64), (64,)), "large": ((1024, 1024), (1024,))}), standard="ulp"),
+    E("dot", torch.dot, matmul_samples({
+        "typical": ((64,), (64,)), "odd257": ((257,), (257,)), "large": ((1 << 20,), (1 << 20,))}),
+      standard="ulp"),
+    E("einsum", torch.einsum, (
+        Sample("bmm", ("bij,bjk->bik", T((4, 8, 16)), T((4, 16, 8)))),
+        Sample("attention", ("bhqd,bhkd->bhqk", T((2, 3, 8, 16)), T((2, 3, 9, 16)))),
+        Sample("rowdot", ("ij,ij->i", T((16, 64)), T((16, 64)))),
+        Sample("outer", ("i,j->ij", T((17,)), T((9,)))),
+        Sample("trace_like", ("ii->i", T((33, 33)),)),
+        Sample("large", ("ij,jk->ik", T((1024, 1024)), T((1024, 8))), slow=True))),
+    E("outer", torch.outer, (
+        Sample("typical", (T((16,)), T((64,)))), Sample("odd257", (T((257,)), T((3,)))),
+        Sample("empty", (T((0,)), T((5,)))), Sample("large", (T((1024,)), T((1024,))), slow=True)),
+      standard="absolute"),
+    E("tensordot", torch.tensordot, (
+        Sample("typical", (T((4, 8, 16)), T((8, 16, 5))), {"dims": 2}),
+        Sample("odd257", (T((3, 257)), T((257, 4))), {"dims": 1}),
+        Sample("large", (T((1024, 1024)), T((1024, 4))), {"dims": 1}, slow=True))),
+    E("scaled_dot_product_attention", _sdpa, (
+        Sample("typical", (T((2, 4, 16, 32)), T((2, 4, 16, 32)), T((2, 4, 16, 32)))),
+        Sample("causal", (T((2, 4, 16, 32)), T((2, 4, 16, 32)), T((2, 4, 16, 32))),
+               {"is_causal": True}),
+        Sample("odd", (T((1, 3, 17, 24)), T((1, 3, 33, 24)), T((1, 3, 33, 8)))),
+        Sample("large", (T((4, 8, 256, 128)), T((4, 8, 256, 128)), T((4, 8, 256, 128))),
+               slow=True))),
+    # ---- pooling
+    E("max_pool1d", F.max_pool1d, pool(1), standard="exact"),
+    E("max_pool2d", F.max_pool2d, pool(2), standard="exact"),
+    E("max_pool3d", F.max_pool3d, pool(3), standard="exact"),
+    E("avg_pool1d", F.avg_pool1d, pool(1)),
+    E("avg_pool2d", F.avg_pool2d, pool(2)),
+    E("avg_pool3d", F.avg_pool3d, pool(3), dtypes=F32,
+      note="CPU has no fp16/bf16 avg_pool3d kernel"),
+    E("lp_pool2d", F.lp_pool2d, tuple(Sample(s.name, tuple(
+        T(a.shape, "positive", noncontig=a.noncontig) for a in s.args),
+        {"norm_type": 2.0, **s.kwargs}, s.slow) for s in pool(2) if "padding" not in s.kwargs)),
+    E("adaptive_avg_pool1d", F.adaptive_avg_pool1d, adaptive(1, 5)),
+    E("adaptive_avg_pool2d", F.adaptive_avg_pool2d, adaptive(2, (4, 5))),
+    E("adaptive_avg_pool3d", F.adaptive_avg_pool3d, adaptive(3, (2, 3, 4))),
+    E("adaptive_max_pool1d", F.adaptive_max_pool1d, adaptive(1, 5), standard="exact"),
+    E("adaptive_max_pool2d", F.adaptive_max_pool2d, adaptive(2, (4, 5)), standard="exact"),
+    # ---- normalisation
+    E("batch_norm", _batch_norm, (
+        Sample("train_2d", (T((8, 16, 5, 5)), None, None, T((16,)), T((16,))), {"training": True}),
+        Sample("train_1d", (T((32, 16)), None, None, T((16,)), T((16,))), {"training": True}),
+        Sample("train_odd_channels", (T((4, 7, 9, 9)), T((7,), grad=False),
+                                      T((7,), "positive", grad=False), T((7,)), T((7,))),
+               {"training": True}),
+        Sample("eval_running_stats", (T((8, 16, 5, 5)), T((16,), grad=False),
+                                      T((16,), "positive", grad=False), T((16,)), T((16,))),
+               {"training": False}),
+        Sample("noncontig", (T((8, 16, 5, 7), noncontig=True), None, None, T((16,)), T((16,))),
+               {"training": True}),
+        Sample("noaffine_3d", (T((4, 6, 4, 5, 3)), None, None, None, None), {"training": True}),
+        Sample("large", (T((16, 64, 32, 32)), None, None, T((64,)), T((64,))),
+               {"training": True}, slow=True))),
+    E("layer_norm", _layer_norm, (
+        Sample("typical", (T((16, 64)), T((64,)), T((64,)))),
+        Sample("odd257", (T((3, 257)), T((257,)), T((257,)))),
+        Sample("3d", (T((4, 9, 32)), T((32,)), T((32,)))),
+        Sample("noncontig", (T((33, 17), noncontig=True), T((17,)), T((17,)))),
+        Sample("noaffine", (T((16, 64)), None, None)),
+        Sample("empty", (T((0, 64)), T((64,)), T((64,)))),
+        Sample("large", (T(LARGE), T((1024,)), T((1024,))), slow=True))),
+    E("rms_norm", _rms_norm, (
+        Sample("typical", (T((16, 64)), T((64,)))),
+        Sample("odd257", (T((3, 257)), T((257,)))),
+        Sample("noncontig", (T((33, 17), noncontig=True), T((17,)))),
+        Sample("noweight", (T((4, 9, 32)), None)),
+        Sample("empty", (T((0, 64)), T((64,)))),
+        Sample("large", (T(LARGE), T((1024,))), slow=True))),
+    E("group_norm", F.group_norm, (
+        Sample("typical", (T((4, 12, 6, 6)), 3, T((12,)), T((12,)))),
+        Sample("odd", (T((2, 15, 7, 5)), 5, T((15,)), T((15,)))),
+        Sample("instance_like", (T((2, 6, 8)), 6, T((6,)), T((6,)))),
+        Sample("noncontig", (T((4, 8, 5, 7), noncontig=True), 2, T((8,)), T((8,)))),
+        Sample("large", (T((16, 64, 32, 32)), 8, T((64,)), T((64,))), slow=True))),
+    E("instance_norm", F.instance_norm, (
+        Sample("typical", (T((4, 6, 8, 8)),), {}),
+        Sample("odd", (T((2, 5, 7, 9)),), {}),
+        Sample("1d", (T((4, 6, 33)),), {}),
+        Sample("noncontig", (T((2, 6, 5, 7), noncontig=True),), {}),
+        Sample("large", (T((16, 64, 32, 32)),), {}, slow=True))),
+    E("local_response_norm", F.local_response_norm, (
+        Sample("typical", (T((2, 8, 6, 6)), 3)), Sample("odd", (T((1, 7, 5, 9)), 5)),
+        Sample("noncontig", (T((2, 8, 6, 7), noncontig=True), 3)),
+        Sample("large", (T((16, 64, 32, 32)), 5), slow=True)), dtypes=F32,
+      note="built on avg_pool3d, which the CPU lacks in fp16/bf16"),
+    E("normalize", F.normalize, unary(empty=True, kwargs={"dim": -1})),
+    # ---- softmax family
+    E("softmax", torch.softmax, softmaxish()),
+    E("log_softmax", torch.log_softmax, softmaxish()),
+    E("softmin", F.softmin, softmaxish()),
+    E("logsumexp", torch.logsumexp, reduction(keepdim=True)),
+    # ---- activations
+    E("relu", F.relu, unary(), standard="absolute"),
+    E("relu6", F.relu6, unary("wide"), standard="absolute"),
+    E("leaky_relu", F.leaky_relu, unary(kwargs={"negative_slope": 0.01}), standard="absolute"),
+    E("hardtanh", F.hardtanh, unary("wide"), standard="absolute"),
+    E("threshold", F.threshold, unary(kwargs={"threshold": 0.1, "value": -1.0}),
+      standard="absolute"),
+    E("gelu", F.gelu, unary("wide")),
+    E("gelu_tanh", F.gelu, unary("wide", kwargs={"approximate": "tanh"})),
+    E("silu", F.silu, unary("wide")),
+    E("sigmoid", torch.sigmoid, unary("wide")),
+    E("tanh", torch.tanh, unary("wide")),
+    E("hardswish", F.hardswish, unary("wide")),
+    E("hardsigmoid", F.hardsigmoid, unary("wide")),
+    E("elu", F.elu, unary("wide")),
+    E("selu", F.selu, unary("wide")),
+    E("celu", F.celu, unary("wide", kwargs={"alpha": 0.5})),
+    E("softplus", F.softplus, unary("wide")),
+    E("softplus_beta", F.softplus, unary("wide", kwargs={"beta": 2.0, "threshold": 10.0})),
+    E("mish", F.mish, unary("wide")),
+    E("softsign", F.softsign, unary("wide")),
+    E("tanhshrink", F.tanhshrink, unary()),
+    E("logsigmoid", F.logsigmoid, unary("wide")),
+    E("hardshrink", F.hardshrink, unary(), standard="exact"),
+    E("softshrink", F.softshrink, unary(), standard="absolute"),
+    E("rrelu_eval", F.rrelu, unary(kwargs={"training": False}), standard="absolute"),
+    E("prelu", _prelu, (
+        Sample("typical", (T((8, 16, 5)), T((16,)))),
+        Sample("shared", (T((16, 64)), T((1,)))),
+        Sample("odd257", (T((3, 257)), T((257,)))),
+        Sample("noncontig", (T((8, 7, 6), noncontig=True), T((7,)))),
+        Sample("large", (T((16, 64, 1024)), T((64,))), slow=True))),
+    E("glu", F.glu, (
+        Sample("typical", (T((16, 64)),), {"dim": -1}),
+        Sample("dim0", (T((16, 63)),), {"dim": 0}),
+        Sample("odd", (T((3, 514)),), {"dim": -1}),
+        Sample("noncontig", (T((34, 17), noncontig=True),), {"dim": 0}),
+        Sample("large", (T(LARGE),), {"dim": -1}, slow=True))),
+    # ---- losses
+    E("cross_entropy", F.cross_entropy, (
+        Sample("typical", (T((16, 10)), I((16,), 10))),
+        Sample("label_smoothing", (T((16, 10)), I((16,), 10)), {"label_smoothing": 0.1}),
+        Sample("ignore_index", (T((64, 10)), I((64,), 10)), {"ignore_index": 3}),
+        Sample("smoothing_and_ignore", (T((64, 10)), I((64,), 10)),
+               {"ignore_index": 3, "label_smoothing": 0.2}),
+        Sample("class_weights", (T((16, 10)), I((16,), 10), T((10,), "positive", grad=False))),
+        Sample("prob_targets", (T((16, 10)), T((16, 10), "prob", grad=False))),
+        Sample("odd257_classes", (T((5, 257)), I((5,), 257))),
+        Sample("segmentation", (T((2, 5, 6, 6)), I((2, 6, 6), 5))),
+        Sample("none", (T((16, 10)), I((16,), 10)), {"reduction": "none"}),
+        Sample("empty_sum", (T((0, 10)), I((0,), 10)), {"reduction": "sum"}),
+        Sample("large_logits", (T((16, 10), "large"), I((16,), 10))),
+        Sample("large", (T((1024, 1024)), I((1024,), 1024)), slow=True))),
+    E("nll_loss", F.nll_loss, (
+        Sample("typical", (T((16, 10)), I((16,), 10))),
+        Sample("ignore_index", (T((64, 10)), I((64,), 10)), {"ignore_index": 2}),
+        Sample("weights", (T((16, 10)), I((16,), 10), T((10,), "positive", grad=False))),
+        Sample("sum", (T((16, 10)), I((16,), 10)), {"reduction": "sum"}),
+        Sample("odd257", (T((5, 257)), I((5,), 257))),
+        Sample("2d", (T((2, 5, 6, 6)), I((2, 6, 6), 5))),
+        Sample("large", (T((1024, 1024)), I((1024,), 1024)), slow=True))),
+    E("mse_loss", F.mse_loss, loss()),
+    E("l1_loss", F.l1_loss, loss()),
+    E("smooth_l1_loss", F.smooth_l1_loss, loss(extra=(
+        Sample("beta", (T((16, 64)), T((16, 64), grad=False)), {"beta": 0.5}),))),
+    E("huber_loss", F.huber_loss, loss(extra=(
+        Sample("delta", (T((16, 64)), T((16, 64), grad=False)), {"delta": 0.3}),))),
+    E("binary_cross_entropy", F.binary_cross_entropy, loss("prob", "prob")),
+    E("binary_cross_entropy_with_logits", F.binary_cross_entropy_with_logits,
+      loss("wide", "prob", extra=(
+          Sample("weight", (T((16, 64)), T((16, 64), "prob", grad=False),
+                            T((64,), "positive", grad=False))),))),
+    E("kl_div", F.kl_div, tuple(  # 'batchmean' unless a sample says otherwise ('mean' warns)
+        Sample(s.name, s.args, {"reduction": "batchmean", **s.kwargs}, s.slow)
+        for s in loss("normal", "prob", extra=(
+            Sample("log_target", (T((16, 64)), T((16, 64), grad=False)),
+                   {"log_target": True}),)))),
+    E("soft_margin_loss", F.soft_margin_loss, loss("normal", "nonzero")),
+    E("poisson_nll_loss", F.poisson_nll_loss, loss("normal", "positive")),
+    E("gaussian_nll_loss", F.gaussian_nll_loss, (
+        Sample("typical", (T((16, 64)), T((16, 64), grad=False), T((16, 64), "positive"))),
+        Sample("odd257", (T((3, 257)), T((3, 257), grad=False), T((3, 257), "positive"))),
+        Sample("sum", (T((16, 64)), T((16, 64), grad=False), T((16, 64), "positive")),
+               {"reduction": "sum"}),
+        Sample("large", (T(LARGE), T(LARGE, grad=False), T(LARGE, "positive")), slow=True))),
+    E("margin_ranking_loss", F.margin_ranking_loss, (
+        Sample("typical", (T((64,)), T((64,)), T((64,), "nonzero", grad=False)), {"margin": 0.1}),
+        Sample("odd257", (T((257,)), T((257,)), T((257,), "nonzero", grad=False))),
+        Sample("large", (T((1 << 20,)), T((1 << 20,)), T((1 << 20,), "nonzero", grad=False)),
+               slow=True))),
+    E("hinge_embedding_loss", F.hinge_embedding_loss, loss("normal", "nonzero")),
+    E("cosine_embedding_loss", F.cosine_embedding_loss, (
+        Sample("typical", (T((16, 64)), T((16, 64)), T((16,), "nonzero", grad=False))),
+        Sample("odd257", (T((3, 257)), T((3, 257)), T((3,), "nonzero", grad=False))),
+        Sample("large", (T(LARGE), T(LARGE), T((1024,), "nonzero", grad=False)), slow=True))),
+    E("triplet_margin_loss", F.triplet_margin_loss, (
+        Sample("typical", (T((16, 64)), T((16, 64)), T((16, 64)))),
+        Sample("odd257", (T((3, 257)), T((3, 257)), T((3, 257)))),
+        Sample("swap", (T((16, 32)), T((16, 32)), T((16, 32))), {"swap": True}),
+        Sample("large", (T(LARGE), T(LARGE), T(LARGE)), slow=True))),
+    E("multi_margin_loss", F.multi_margin_loss, (
+        Sample("typical", (T((16, 10)), I((16,), 10))),
+        Sample("odd257", (T((5, 257)), I((5,), 257))),
+        Sample("large", (T((1024, 1024)), I((1024,), 1024)), slow=True)), dtypes=F32,
+      note="CPU has no fp16/bf16 multi_margin_loss kernel"),
+    E("multilabel_soft_margin_loss", F.multilabel_soft_margin_loss, loss("normal", "prob", empty=False)),
+    # ---- elementwise math
+    E("exp", torch.exp, unary("wide")),
+    E("exp2", torch.exp2, unary("wide")),
+    E("expm1", torch.expm1, unary()),
+    E("log", torch.log, unary("positive", extra=(
+        Sample("negatives", (T((16, 64)),)),
+        Sample("small_positive", (T((16, 64), "prob"),))))),
+    E("log2", torch.log2, unary("positive")),
+    E("log10", torch.log10, unary("positive")),
+    E("log1p", torch.log1p, unary("prob")),
+    E("sqrt", torch.sqrt, unary("positive")),
+    E("rsqrt", torch.rsqrt, unary("positive"), standard="absolute"),
+    E("reciprocal", torch.reciprocal, unary("nonzero"), standard="absolute"),
+    E("square", torch.square, unary(), standard="absolute"),
+    E("pow", torch.pow, (
+        Sample("cube", (T((16, 64)), 3)), Sample("sqrt", (T((16, 64), "positive"), 0.5)),
+        Sample("odd257", (T((3, 257), "positive"), 1.7)),
+        Sample("noncontig", (T((33, 17), noncontig=True), 2)),
+        Sample("tensor_exp", (T((16, 64), "positive"), T((16, 64)))),
+        Sample("bcast", (T((4, 1, 64), "positive"), T((1, 5, 64)))),
+        Sample("empty", (T((0, 64)), 2)),
+        Sample("large", (T(LARGE, "positive"), 2.5), slow=True))),
+    E("sin", torch.sin, unary("wide")),
+    E("cos", torch.cos, unary("wide")),
+    E("tan", torch.tan, unary("unit")),
+    E("asin", torch.asin, unary("unit")),
+    E("acos", torch.acos, unary("unit")),
+    E("atan", torch.atan, unary("wide")),
+    E("sinh", torch.sinh, unary("wide")),
+    E("cosh", torch.cosh, unary("wide")),
+    E("asinh", torch.asinh, unary("wide")),
+    E("acosh", torch.acosh, unary("above1")),
+    E("atanh", torch.atanh, unary("unit")),
+    E("erf", torch.erf, unary()),
+    E("erfc", torch.erfc, unary()),
+    E("erfinv", torch.erfinv, unary("unit")),
+    E("logit", torch.logit, unary("prob")),
+    E("lgamma", torch.lgamma, unary("positive")),
+    E("digamma", torch.digamma, unary("positive")),
+    E("abs", torch.abs, unary(), dtypes=FI, standard="exact"),
+    E("neg", torch.neg, unary(), dtypes=FI, standard="exact"),
+    E("sign", torch.sign, unary(), dtypes=FI, standard="exact", backward=False),
+    E("floor", torch.floor, unary("wide"), standard="exact", backward=False),
+    E("ceil", torch.ceil, unary("wide"), standard="exact", backward=False),
+    E("round", torch.round, unary("wide"), standard="exact", backward=False),
+    E("trunc", torch.trunc, unary("wide"), standard="exact", backward=False),
+    E("frac", torch.frac, unary("wide"), standard="absolute"),
+    E("clamp", torch.clamp, unary(kwargs={"min": -0.5, "max": 0.75}), dtypes=FLOATS,
+      standard="exact", note="bounds representable in every dtype, so the result is exact"),
+    E("nan_to_num", torch.nan_to_num, unary(), standard="exact"),
+    E("add", torch.add, binary(), dtypes=FI, standard="absolute"),
+    E("add_alpha", torch.add, binary(kwargs={"alpha": 0.5}), standard="relative"),
+    E("sub", torch.sub, binary(), dtypes=FI, standard="absolute"),
+    E("mul", torch.mul, binary(), dtypes=FI, standard="absolute"),
+    E("div", torch.div, binary("normal", "nonzero"), standard="absolute"),
+    E("div_floor", torch.div, binary("wide", "nonzero", kwargs={"rounding_mode": "floor"}),
+      dtypes=FI, standard="exact", backward=False),
+    E("maximum", torch.maximum, binary(), dtypes=FI, standard="exact"),
+    E("minimum", torch.minimum, binary(), dtypes=FI, standard="exact"),
+    E("fmod", torch.fmod, binary("wide", "nonzero", grad_b=False), dtypes=FI),
+    E("remainder", torch.remainder, binary("wide", "nonzero", grad_b=False), dtypes=FI),
+    E("atan2", torch.atan2, binary()),
+    E("hypot", torch.hypot, binary()),
+    E("xlogy", torch.xlogy, binary("normal", "positive")),
+    E("addcmul", torch.addcmul, ternary(kwargs={"value": 0.5})),
+    E("addcdiv", torch.addcdiv, ternary("normal", "normal", "nonzero", kwargs={"value": 0.5})),
+    E("lerp", torch.lerp, ternary("normal", "normal", "prob")),
+    # ---- comparisons (bool outputs: exact)
+    E("eq", torch.eq, binary(), dtypes=FI, backward=False, standard="exact"),
+    E("ne", torch.ne, binary(), dtypes=FI, backward=False, standard="exact"),
+    E("lt", torch.lt, binary(), dtypes=FI, backward=False, standard="exact"),
+    E("le", torch.le, binary(), dtypes=FI, backward=False, standard="exact"),
+    E("gt", torch.gt, binary(), dtypes=FI, backward=False, standard="exact"),
+    E("ge", torch.ge, binary(), dtypes=FI, backward=False, standard="exact"),
+    E("isclose", torch.isclose, binary(), backward=False, standard="exact"),
+    # ---- reductions
+    E("sum", torch.sum, reduction(), dtypes=FI),
+    E("mean", torch.mean, reduction()),
+    E("var", torch.var, reduction()),
+    E("std", torch.std, reduction()),
+    E("var_unbiased0", torch.var, reduction(correction=0)),
+    E("norm", torch.linalg.vector_norm, reduction()),
+    E("norm_l1", torch.linalg.vector_norm, reduction(ord=1)),
+    E("norm_inf", torch.linalg.vector_norm, reduction("distinct", ord=float("inf")),
+      standard="exact"),
+    E("amax", torch.amax, reduction("distinct"), dtypes=FI, standard="exact"),
+    E("amin", torch.amin, reduction("distinct"), dtypes=FI, standard="exact"),
+    E("max_dim", torch.max, reduction("distinct", all_kwargs={"dim": 0}), dtypes=FI,
+      standard="exact"),
+    E("min_dim", torch.min, reduction("distinct", all_kwargs={"dim": 0}), dtypes=FI,
+      standard="exact"),
+    E("argmax", torch.argmax, reduction("distinct", all_kwargs={}), dtypes=FI, backward=False,
+      standard="exact"),
+    E("argmin", torch.argmin, reduction("distinct", all_kwargs={}), dtypes=FI, backward=False,
+      standard="exact"),
+    E("prod", torch.prod, (
+        Sample("typical", (T((16, 32), "near1"),), {"dim": 1}),
+        Sample("odd257", (T((3, 257), "near1"),), {"dim": 0}),
+        Sample("noncontig", (T((33, 17), "near1", noncontig=True),), {"dim": 0}),
+        Sample("all", (T((4, 8), "near1"),), {}),
+        Sample("empty", (T((0, 16)),), {"dim": 1}),
+        Sample("large", (T(LARGE, "near1"),), {"dim": 0}, slow=True))),
+    E("cumsum", torch.cumsum, scan(), dtypes=FI),
+    E("cumprod", torch.cumprod, scan("near1")),
+    E("cummax", torch.cummax, scan("distinct"), standard="exact"),
+    E("logcumsumexp", torch.logcumsumexp, scan()),
+    E("count_nonzero", torch.count_nonzero, reduction(keepdim=False), dtypes=FI, backward=False,
+      standard="exact"),
+    E("all", torch.all, reduction(keepdim=False, all_kwargs={}), dtypes=FI, backward=False,
+      standard="exact"),
+    E("any", torch.any, reduction(keepdim=False, all_kwargs={}), dtypes=FI, backward=False,
+      standard="exact"),
+    # ---- indexing
+    E("gather", torch.gather, (
+        Sample("typical", (T((16, 64)), 1, I((16, 10), 64))),
+        Sample("dim0", (T((16, 64)), 0, I((5, 64), 16))),
+        Sample("odd257", (T((3, 257)), 1, I((3, 300), 257))),
+        Sample("noncontig", (T((33, 17), noncontig=True), 1, I((33, 4), 17))),
+        Sample("empty", (T((16, 64)), 1, I((16, 0), 64))),
+        Sample("large", (T(LARGE), 1, I((1024, 1024), 1024)), slow=True)),
+      dtypes=FI, standard="exact"),
+    E("take_along_dim", torch.take_along_dim, (
+        Sample("typical", (T((16, 64)), I((16, 10), 64)), {"dim": 1}),
+        Sample("odd257", (T((3, 257)), I((3, 5), 257)), {"dim": 1}),
+        Sample("large", (T(LARGE), I((1024, 1024), 1024)), {"dim": 1}, slow=True)),
+      dtypes=FI, standard="exact"),
+    E("scatter", torch.scatter, (
+        Sample("typical", (T((16, 64)), 1, I((16, 10), 64, unique=True), T((16, 10)))),
+        Sample("odd257", (T((3, 257)), 1, I((3, 40), 257, unique=True), T((3, 40)))),
+        Sample("noncontig", (T((33, 17), noncontig=True), 1, I((33, 5), 17, unique=True),
+                             T((33, 5)))),
+        Sample("empty", (T((16, 64)), 1, I((16, 0), 64), T((16, 0)))),
+        Sample("large", (T(LARGE), 1, I((1024, 512), 1024, unique=True), T((1024, 512))),
+               slow=True)), dtypes=FI, standard="exact"),
+    E("scatter_add", torch.scatter_add, (
+        Sample("typical", (T((16, 64)), 1, I((16, 100), 64), T((16, 100)))),
+        Sample("odd257", (T((3, 257)), 1, I((3, 300), 257), T((3, 300)))),
+        Sample("dim0", (T((8, 32)), 0, I((20, 32), 8), T((20, 32)))),
+        Sample("empty", (T((16, 64)), 1, I((16, 0), 64), T((16, 0)))),
+        Sample("large", (T(LARGE), 1, I((1024, 1024), 1024), T((1024, 1024))), slow=True)),
+      dtypes=FI),
+    E("scatter_reduce", torch.scatter_reduce, (
+        Sample("amax", (T((16, 64), "distinct"), 1, I((16, 50), 64), T((16, 50), "distinct"),
+                        "amax")),
+        Sample("mean", (T((16, 64)), 1, I((16, 50), 64), T((16, 50)), "mean")),
+        Sample("sum_noself", (T((16, 64)), 1, I((16, 50), 64), T((16, 50)), "sum"),
+               {"include_self": False}),
+        Sample("large", (T(LARGE), 1, I((1024, 512), 1024), T((1024, 512)), "sum"), slow=True))),
+    E("index_select", torch.index_select, (
+        Sample("typical", (T((16, 64)), 0, I((10,), 16))),
+        Sample("dim1", (T((16, 64)), 1, I((100,), 64))),
+        Sample("odd257", (T((257, 3)), 0, I((300,), 257))),
+        Sample("noncontig", (T((33, 17), noncontig=True), 1, I((9,), 17))),
+        Sample("empty", (T((16, 64)), 0, I((0,), 16))),
+        Sample("large", (T(LARGE), 0, I((1024,), 1024)), slow=True)),
+      dtypes=FI, standard="exact"),
+    E("index_add", torch.index_add, (
+        Sample("typical", (T((16, 64)), 0, I((20,), 16), T((20, 64)))),
+        Sample("alpha", (T((16, 64)), 1, I((30,), 64), T((16, 30))), {"alpha": 0.5}),
+        Sample("odd257", (T((257, 3)), 0, I((300,), 257), T((300, 3)))),
+        Sample("empty", (T((16, 64)), 0, I((0,), 16), T((0, 64)))),
+        Sample("large", (T(LARGE), 0, I((2048,), 1024), T((2048, 1024))), slow=True)),
+      dtypes=FI),
+    E("index_copy", torch.index_copy, (
+        Sample("typical", (T((16, 64)), 0, I((10,), 16, unique=True), T((10, 64)))),
+        Sample("odd257", (T((257, 3)), 0, I((100,), 257, unique=True), T((100, 3)))),
+        Sample("large", (T(LARGE), 0, I((512,), 1024, unique=True), T((512, 1024))), slow=True)),
+      dtypes=FI, standard="exact"),
+    E("index_put", torch.index_put, (
+        Sample("typical", (T((16, 64)), (I((10,), 16, unique=True),), T((10, 64)))),
+        Sample("accumulate", (T((16, 64)), (I((30,), 16),), T((30, 64))), {"accumulate": True}),
+        Sample("large", (T(LARGE), (I((512,), 1024, unique=True),), T((512, 1024))), slow=True)),
+      dtypes=FLOATS),
+    E("getitem_advanced", _getitem_adv, (
+        Sample("typical", (T((16, 64)), I((10,), 16))),
+        Sample("odd257", (T((257, 3)), I((300,), 257))),
+        Sample("2d_index", (T((16, 64)), I((4, 5), 16))),
+        Sample("large", (T(LARGE), I((1024,), 1024)), slow=True)), dtypes=FI, standard="exact"),
+    E("getitem_slice", _getitem_slice, (
+        Sample("typical", (T((16, 64)),)), Sample("odd257", (T((3, 257)),)),
+        Sample("noncontig", (T((33, 17), noncontig=True),)), Sample("empty", (T((0, 64)),)),
+        Sample("large", (T(LARGE),), slow=True)), dtypes=FI, standard="exact"),
+    E("masked_fill", torch.masked_fill, (
+        Sample("typical", (T((16, 64)), M((16, 64)), -1024.0)),
+        Sample("bcast_mask", (T((4, 16, 64)), M((16, 64)), 0.0)),
+        Sample("odd257", (T((3, 257)), M((3, 257)), 2.5)),
+        Sample("noncontig", (T((33, 17), noncontig=True), M((33, 17)), -3.0)),
+        Sample("empty", (T((0, 64)), M((0, 64)), 1.0)),
+        Sample("large", (T(LARGE), M(LARGE), 0.0), slow=True)), dtypes=FI, standard="exact"),
+    E("masked_select", torch.masked_select, (
+        Sample("typical", (T((16, 64)), M((16, 64)))),
+        Sample("bcast_mask", (T((4, 16, 64)), M((16, 64)))),
+        Sample("odd257", (T((3, 257)), M((3, 257)))),
+        Sample("large", (T(LARGE), M(LARGE)), slow=True)), dtypes=FI, standard="exact"),
+    E("where", torch.where, (
+        Sample("typical", (M((16, 64)), T((16, 64)), T((16, 64)))),
+        Sample("bcast", (M((4, 1, 64)), T((1, 5, 64)), T((64,)))),
+        Sample("odd257", (M((3, 257)), T((3, 257)), T((3, 257)))),
+        Sample("noncontig", (M((33, 17)), T((33, 17), noncontig=True), T((33, 17)))),
+        Sample("empty", (M((0, 64)), T((0, 64)), T((0, 64)))),
+        Sample("large", (M(LARGE), T(LARGE), T(LARGE)), slow=True)), dtypes=FI, standard="exact"),
+    E("embedding", F.embedding, (
+        Sample("typical", (I((8, 12), 100), T((100, 32)))),
+        Sample("padding_idx", (I((8, 12), 20), T((20, 32))), {"padding_idx": 0}),
+        Sample("odd257", (I((5, 7), 257), T((257, 33)))),
+        Sample("empty", (I((0, 12), 100), T((100, 32)))),
+        Sample("large", (I((64, 512), 30000), T((30000, 64))), slow=True)), standard="exact"),
+    E("embedding_bag", _embedding_bag, (
+        Sample("mean", (I((4, 5), 100), T((100, 32))), {"mode": "mean"}),
+        Sample("sum", (I((4, 5), 100), T((100, 32))), {"mode": "sum"}),
+        Sample("max", (I((4, 5), 100, unique=True), T((100, 32), "distinct")), {"mode": "max"}),
+        Sample("odd257", (I((3, 9), 257), T((257, 17))), {"mode": "mean"}),
+        Sample("large", (I((256, 64), 30000), T((30000, 64))), {"mode": "sum"}, slow=True))),
+    E("one_hot", F.one_hot, (
+        Sample("typical", (I((16,), 10), 10)), Sample("odd257", (I((3, 7), 257), 257)),
+        Sample("empty", (I((0,), 10), 10)), Sample("large", (I((4096,), 300), 300), slow=True)),
+      dtypes=("int64",), backward=False, standard="exact"),
+    # ---- shape / layout
+    E("cat", torch.cat, (
+        Sample("typical", ([T((4, 16)), T((6, 16)), T((1, 16))],), {"dim": 0}),
+        Sample("dim1", ([T((4, 16)), T((4, 3))],), {"dim": 1}),
+        Sample("odd257", ([T((3, 257)), T((3, 257))],), {"dim": -1}),
+        Sample("noncontig", ([T((9, 7), noncontig=True), T((9, 7))],), {"dim": 0}),
+        Sample("with_empty", ([T((0, 16)), T((3, 16))],), {"dim": 0}),
+        Sample("large", ([T((512, 1024)), T((512, 1024))],), {"dim": 0}, slow=True)),
+      dtypes=FI, standard="exact", grad_standard="exact"),
+    E("stack", torch.stack, (
+        Sample("typical", ([T((4, 16)), T((4, 16)), T((4, 16))],), {"dim": 0}),
+        Sample("dim_last", ([T((4, 16)), T((4, 16))],), {"dim": -1}),
+        Sample("odd257", ([T((3, 257)), T((3, 257))],), {"dim": 1}),
+        Sample("noncontig", ([T((9, 7), noncontig=True), T((9, 7))],), {"dim": 0}),
+        Sample("empty", ([T((0, 16)), T((0, 16))],), {"dim": 0}),
+        Sample("large", ([T((512, 1024)), T((512, 1024))],), {"dim": 0}, slow=True)),
+      dtypes=FI, standard="exact", grad_standard="exact"),
+    E("permute_contiguous", _permute, layout(), dtypes=FI, standard="exact",
+      grad_standard="exact"),
+    E("transpose_contiguous", _transpose, layout(), dtypes=FI, standard="exact",
+      grad_standard="exact"),
+    E("reshape", torch.reshape, layout(kwargs={"shape": (-1,)}), dtypes=FI, standard="exact",
+      grad_standard="exact"),
+    E("flatten", torch.flatten, layout(kwargs={"start_dim": 1}), dtypes=FI, standard="exact",
+      grad_standard="exact"),
+    E("flip", torch.flip, layout(kwargs={"dims": (0, 2)}), dtypes=FI, standard="exact",
+      grad_standard="exact"),
+    E("roll", torch.roll, layout(kwargs={"shifts": (3, -1), "dims": (2, 0)}), dtypes=FI,
+      standard="exact", grad_standard="exact"),
+    E("movedim", torch.movedim, layout(kwargs={"source": 0, "destination": -1}), dtypes=FI,
+      standard="exact", grad_standard="exact"),
+    E("expand_contiguous", _expand, layout(), dtypes=FI, standard="exact"),
+    E("repeat", torch.Tensor.repeat, (
+        Sample("typical", (T((4, 8, 16)), 2, 1, 3)), Sample("odd257", (T((3, 257)), 3, 2)),
+        Sample("empty", (T((0, 16)), 2, 2)), Sample("large", (T((256, 1024)), 4, 1), slow=True)),
+      dtypes=FI, standard="exact"),
+    E("tile", torch.tile, (
+        Sample("typical", (T((4, 8, 16)), (2, 1, 3))), Sample("odd257", (T((3, 257)), (3,))),
+        Sample("large", (T((256, 1024)), (4, 1)), slow=True)), dtypes=FI, standard="exact"),
+    E("repeat_interleave", torch.repeat_interleave, (
+        Sample("typical", (T((4, 16)), 3), {"dim": 1}), Sample("odd257", (T((3, 257)), 2), {"dim": 0}),
+        Sample("large", (T((256, 1024)), 4), {"dim": 0}, slow=True)), dtypes=FI, standard="exact"),
+    E("split", _tuple(torch.split), layout(kwargs={"split_size_or_sections": 3, "dim": 1}),
+      dtypes=FI, standard="exact", grad_standard="exact"),
+    E("chunk", _tuple(torch.chunk), layout(kwargs={"chunks": 3, "dim": -1}), dtypes=FI,
+      standard="exact", grad_standard="exact"),
+    E("unbind", _tuple(torch.unbind), layout(kwargs={"dim": 1}, empty=False), dtypes=FI,
+      standard="exact", grad_standard="exact"),
+    E("narrow", torch.narrow, layout(kwargs={"dim": 1, "start": 1, "length": 3}), dtypes=FI,
+      standard="exact", grad_standard="exact"),
+    E("squeeze_unsqueeze", torch.unsqueeze, layout(kwargs={"dim": 1}), dtypes=FI,
+      standard="exact", grad_standard="exact"),
+    E("tril", torch.tril, layout(kwargs={"diagonal": -1}), dtypes=FI, standard="exact",
+      grad_standard="exact"),
+    E("triu", torch.triu, layout(kwargs={"diagonal": 1}), dtypes=FI, standard="exact",
+      grad_standard="exact"),
+    E("diagonal", torch.diagonal, layout(kwargs={"dim1": 1, "dim2": 2}), dtypes=FI,
+      standard="exact", grad_standard="exact"),
+    E("clone", torch.clone, layout(), dtypes=FI, standard="exact", grad_standard="exact"),
+    E("to_float32", torch.Tensor.float, layout(), standard="exact"),
+    E("pad_constant", F.pad, pad_samples("constant"), dtypes=FI, standard="exact",
+      grad_standard="exact"),
+    E("pad_reflect", F.pad, pad_samples("reflect"), standard="exact"),
+    E("pad_replicate", F.pad, pad_samples("replicate"), standard="exact"),
+    E("pad_circular", F.pad, pad_samples("circular"), standard="exact"),
+    E("pixel_shuffle", F.pixel_shuffle, (
+        Sample("typical", (T((2, 8, 5, 5)), 2)), Sample("odd", (T((1, 9, 7, 3)), 3)),
+        Sample("noncontig", (T((2, 8, 5, 6), noncontig=True), 2)),
+        Sample("large", (T((4, 64, 64, 64)), 2), slow=True)), standard="exact",
+      grad_standard="exact"),
+    E("pixel_unshuffle", F.pixel_unshuffle, (
+        Sample("typical", (T((2, 2, 10, 10)), 2)), Sample("odd", (T((1, 3, 9, 6)), 3)),
+        Sample("large", (T((4, 16, 128, 128)), 2), slow=True)), standard="exact",
+      grad_standard="exact"),
+    E("unfold_im2col", F.unfold, (
+        Sample("typical", (T((2, 3, 8, 8)),), {"kernel_size": 3}),
+        Sample("stride_pad", (T((2, 3, 9, 9)),), {"kernel_size": 3, "stride": 2, "padding": 1}),
+        Sample("odd", (T((1, 5, 11, 7)),), {"kernel_size": (2, 3), "dilation": 2}),
+        Sample("large", (T((4, 16, 64, 64)),), {"kernel_size": 3}, slow=True)), standard="exact"),
+    E("fold_col2im", _unflatten_fold, (
+        Sample("typical", (T((2, 27, 36)),), {"output_size": (8, 8), "kernel_size": 3}),
+        Sample("odd", (T((1, 18, 35)),), {"output_size": (6, 9), "kernel_size": (2, 3)}),
+        Sample("large", (T((4, 144, 3844)),), {"output_size": (64, 64), "kernel_size": 3},
+               slow=True))),
+    # ---- interpolation
+    E("interpolate_nearest", F.interpolate, interp(2, "nearest", False), standard="exact"),
+    E("interpolate_nearest_exact", F.interpolate, interp(2, "nearest-exact", False),
+      standard="exact"),
+    E("interpolate_linear", F.interpolate, interp(1, "linear", True)),
+    E("interpolate_bilinear", F.interpolate, interp(2, "bilinear", True)),
+    E("interpolate_bicubic", F.interpolate, interp(2, "bicubic", True)),
+    E("interpolate_trilinear", F.interpolate, interp(3, "trilinear", True)),
+    E("interpolate_area", F.interpolate, tuple(
+        s for s in interp(2, "area", False) if s.name != "odd_size")),
+    # ---- sorting
+    E("sort", torch.sort, scan("distinct"), dtypes=FI, standard="exact"),
+    E("sort_descending_stable", torch.sort, tuple(
+        Sample(s.name, s.args, {**s.kwargs, "descending": True, "stable": True}, s.slow)
+        for s in scan()), dtypes=FI, standard="exact"),
+    E("argsort", torch.argsort, tuple(
+        Sample(s.name, s.args, {**s.kwargs, "stable": True}, s.slow) for s in scan()),
+      dtypes=FI, backward=False, standard="exact"),
+    E("topk", torch.topk, (
+        Sample("typical", (T((16, 64), "distinct"), 5), {"dim": 1}),
+        Sample("smallest", (T((16, 64), "distinct"), 7), {"dim": 1, "largest": False}),
+        Sample("odd257", (T((3, 257), "distinct"), 17), {"dim": -1}),
+        Sample("noncontig", (T((33, 17), "distinct", noncontig=True), 3), {"dim": 0}),
+        Sample("empty", (T((0, 64), "distinct"), 3), {"dim": 1}),
+        Sample("large", (T(LARGE), 8), {"dim": 1}, slow=True)), dtypes=FI, standard="exact"),
+    E("kthvalue", torch.kthvalue, (
+        Sample("typical", (T((16, 64), "distinct"), 5), {"dim": 1}),
+        Sample("odd257", (T((3, 257), "distinct"), 100), {"dim": -1}),
+        Sample("noncontig", (T((33, 17), "distinct", noncontig=True), 3), {"dim": 0}),
+        Sample("large", (T(LARGE), 8), {"dim": 1}, slow=True)), dtypes=FI, standard="exact"),
+    E("median", torch.median, (
+        Sample("typical", (T((16, 64), "distinct"),), {"dim": 1}),
+        Sample("odd257", (T((3, 257), "distinct"),), {"dim": -1}),
+        Sample("noncontig", (T((33, 17), "distinct", noncontig=True),), {"dim": 0}),
+        Sample("large", (T(LARGE),), {"dim": 1}, slow=True)), dtypes=FI, standard="exact"),
+    E("msort", torch.msort, layout(domain="distinct"), dtypes=FI, standard="exact"),
+    # ---- random: statistical judges
+    E("dropout", F.dropout, (
+        Sample("p0.1", (T((16, 64), "nonzero"),), {"p": 0.1, "training": True}),
+        Sample("p0.5", (T((16, 64), "nonzero"),), {"p": 0.5, "training": True}),
+        Sample("odd257", (T((3, 257), "nonzero"),), {"p": 0.3, "training": True}),
+        Sample("noncontig", (T((33, 17), "nonzero", noncontig=True),), {"p": 0.2, "training": True}),
+        Sample("empty", (T((0, 64), "nonzero"),), {"p": 0.5, "training": True}),
+        Sample("large", (T(LARGE, "nonzero"),), {"p": 0.1, "training": True}, slow=True)),
+      judge=dropout_judge()),
+    E("dropout2d", F.dropout2d, (
+        Sample("p0.2", (T((8, 32, 4, 4), "nonzero"),), {"p": 0.2, "training": True}),
+        Sample("p0.5", (T((8, 32, 5, 3), "nonzero"),), {"p": 0.5, "training": True}),
+        Sample("large", (T((64, 256, 8, 8), "nonzero"),), {"p": 0.1, "training": True},
+               slow=True)), judge=dropout_judge(2)),
+    E("dropout1d", F.dropout1d, (
+        Sample("p0.3", (T((16, 32, 8), "nonzero"),), {"p": 0.3, "training": True}),
+        Sample("large", (T((64, 256, 64), "nonzero"),), {"p": 0.1, "training": True},
+               slow=True)), judge=dropout_judge(1)),
+    E("dropout3d", F.dropout3d, (
+        Sample("p0.5", (T((4, 32, 2, 3, 3), "nonzero"),), {"p": 0.5, "training": True}),
+        Sample("large", (T((16, 256, 4, 4, 16), "nonzero"),), {"p": 0.1, "training": True},
+               slow=True)), judge=dropout_judge(3)),
+    # ---- gradient clipping (optimizer step helpers)
+    E("clip_grad_norm_", _clip_grad_norm, (
+        Sample("clipping", ([T((16, 64), grad=False), T((64,), grad=False),
+                             T((8, 3, 3), grad=False)],), {"max_norm": 1.0}),
+        Sample("no_clip", ([T((16, 64), "small", grad=False), T((5,), "small", grad=False)],),
+               {"max_norm": 100.0}),
+        Sample("inf_norm", ([T((16, 64), "distinct", grad=False),
+                             T((64,), "distinct", grad=False)],),
+               {"max_norm": 0.5, "norm_type": float("inf")}),
+        Sample("odd257", ([T((3, 257), grad=False), T((257,), grad=False)],), {"max_norm": 2.0}),
+        Sample("large", ([T(LARGE, grad=False), T((10,), grad=False)],), {"max_norm": 1.0},
+               slow=True)), backward=False),
+    E("clip_grad_value_", _clip_grad_value, (
+        Sample("typical", ([T((16, 64), grad=False), T((64,), grad=False)],)),
+        Sample("odd257", ([T((3, 257), grad=False)],), {"clip_value": 0.125}),
+        Sample("large", ([T(LARGE, grad=False)],), slow=True)), backward=False,
+      standard="exact"),
+    # ---- misc training ops
+    E("cosine_similarity", F.cosine_similarity, binary()),
+    E("pairwise_distance", F.pairwise_distance, binary()),
+    E("cdist", torch.cdist, (
+        Sample("typical", (T((16, 8)), T((12, 8)))), Sample("odd257", (T((3, 257)), T((5, 257)))),
+        Sample("batched", (T((2, 9, 4)), T((2, 7, 4)))),
+        Sample("large", (T((1024, 64)), T((1024, 64))), slow=True)), dtypes=F32,
+      note="CPU has no fp16/bf16 cdist kernel"),
+    E("diff", torch.diff, scan(), dtypes=FI),
+    E("cross", torch.linalg.cross, (
+        Sample("typical", (T((16, 3)), T((16, 3)))), Sample("bcast", (T((4, 1, 3)), T((1, 5, 3)))),
+        Sample("large", (T((1 << 19, 3)), T((1 << 19, 3))), slow=True))),
+)
+
+# ---- the _foreach_* ops optimizers use (no autograd; lists of differently shaped tensors)
+_FOREACH: tuple[OpEntry, ...] = (
+    E("_foreach_add", torch._foreach_add, foreach(2, list_kw={"alpha": 0.5}), backward=False,
+      standard="relative"),
+    E("_foreach_sub", torch._foreach_sub, foreach(2), backward=False, standard="absolute"),
+    E("_foreach_mul", torch._foreach_mul, foreach(2), backward=False, standard="absolute"),
+    E("_foreach_div", torch._foreach_div, foreach(2, ("normal", "nonzero")), backward=False,
+      standard="absolute"),
+    E("_foreach_mul_scalar", torch._foreach_mul, foreach(1, scalar=0.9), backward=False,
+      standard="absolute"),
+    E("_foreach_add_scalar", torch._foreach_add, foreach(1, scalar=1e-3), backward=False,
+      standard="absolute"),
+    E("_foreach_addcmul", torch._foreach_addcmul, foreach(3, list_kw={"value": 0.1}),
+      backward=False),
+    E("_foreach_addcdiv", torch._foreach_addcdiv,
+      foreach(3, ("normal", "normal", "positive"), list_kw={"value": -1e-3}), backward=False),
+    E("_foreach_lerp", torch._foreach_lerp, foreach(2, scalar=0.1), backward=False),
+    E("_foreach_sqrt", torch._foreach_sqrt, foreach(1, ("positive",)), backward=False),
+    E("_foreach_norm", torch._foreach_norm, foreach(1), backward=False),
+    E("_foreach_maximum", torch._foreach_maximum, foreach(2), backward=False, standard="exact"),
+    E("_foreach_neg", torch._foreach_neg, foreach(1), backward=False, standard="exact"),
+    E("_foreach_abs", torch._foreach_abs, foreach(1), backward=False, standard="exact"),
+    E("_foreach_reciprocal", torch._foreach_reciprocal, foreach(1, ("nonzero",)),
+      backward=False, standard="absolute"),
+    E("_foreach_exp", torch._foreach_exp, foreach(1), backward=False),
+    E("_foreach_sign", torch._foreach_sign, foreach(1), backward=False, standard="exact"),
+    E("_foreach_mul_", _inplace("_foreach_mul_"), foreach(1, scalar=0.9), backward=False,
+      standard="absolute"),
+    E("_foreach_add_", _inplace("_foreach_add_"), foreach(2, list_kw={"alpha": -0.01}),
+      backward=False),
+    E("_foreach_addcmul_", _inplace("_foreach_addcmul_"), foreach(3, list_kw={"value": 0.001}),
+      backward=False),
+    E("_foreach_addcdiv_", _inplace("_foreach_addcdiv_"),
+      foreach(3, ("normal", "normal", "positive"), list_kw={"value": -1e-3}), backward=False),
+    E("_foreach_lerp_", _inplace("_foreach_lerp_"), foreach(2, scalar=0.1), backward=False),
+    E("_foreach_sqrt_", _inplace("_foreach_sqrt_"), foreach(1, ("positive",)), backward=False),
+)
+
+CATALOG = tuple(dataclasses.replace(entry, fn=late_bound(entry.fn))
+                for entry in CATALOG + _FOREACH)
+
+BY_NAME: dict[str, OpEntry] = {}
+for _entry in CATALOG:
+    if _entry.name in BY_NAME:
+        raise ValueError(f"op catalog: {_entry.name!r} is listed twice")
+    BY_NAME[_entry.name] = _entry

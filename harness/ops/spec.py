@@ -1,0 +1,279 @@
+"""The op catalog's vocabulary: entries, samples, argument specs, and input generation.
+
+An :class:`OpEntry` is one op (a callable plus data: samples, dtypes, backward, precision
+standard). A :class:`Sample` lists the op's arguments: :class:`T` (a float tensor in the
+case's dtype), :class:`I` (an integer index tensor), :class:`M` (a bool mask), or plain
+Python values passed through. :func:`materialize` turns a sample into concrete CPU
+tensors with a seeded generator, so a case's inputs depend only on its id and the seed.
+
+Note [Distinct values]
+~~~~~~~~~~~~~~~~~~~~~~
+Ops whose result depends on an order (sort, topk, argmax, max pooling and its gradient)
+are only exact when there are no ties: with ties, which index wins is an implementation
+choice. The ``distinct`` domain draws values without replacement from a grid that bf16,
+fp16 and fp32 all represent exactly (every bf16 value with magnitude in [2^-6, 8)), so the
+DUT's dtype cannot create ties. Tensors larger than the grid (the ``slow`` cases) fall
+back to normal values; ties there follow the documented first-index rule.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import zlib
+from typing import Any, Callable, Optional, Sequence
+
+import torch
+
+FLOATS = ("float32", "float16", "bfloat16")
+INTS = ("int32", "int64")
+
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
+    "float64": torch.float64, "int32": torch.int32, "int64": torch.int64,
+    "int8": torch.int8, "uint8": torch.uint8, "bool": torch.bool,
+}
+
+UPCAST: dict[str, str] = {"float16": "float32", "bfloat16": "float32", "float32": "float64",
+                          "float64": "float64"}
+"""The reference's dtype per DUT dtype (DESIGN.md: fp16/bf16 -> fp32, fp32 -> fp64);
+integer dtypes are computed as they are."""
+
+
+@dataclasses.dataclass(frozen=True)
+class T:
+    """A floating tensor argument in the case's dtype.
+
+    Attributes:
+        shape: its shape.
+        domain: how values are drawn (see :data:`DOMAINS`).
+        grad: whether the backward computes its gradient.
+        noncontig: build it transposed (last two dims swapped) so it is not contiguous.
+        dtype: a fixed dtype name instead of the case's (e.g. ``"float32"``).
+    """
+
+    shape: tuple[int, ...]
+    domain: str = "normal"
+    grad: bool = True
+    noncontig: bool = False
+    dtype: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class I:  # noqa: E742 - short on purpose: catalog rows read as data
+    """An int64 index tensor with values in ``[low, high)``; ``unique`` draws a permutation
+    prefix per row (no index repeats along the last dim, for scatter/index_copy whose
+    result would otherwise depend on write order)."""
+
+    shape: tuple[int, ...]
+    high: int
+    low: int = 0
+    unique: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class M:
+    """A bool mask with ``P(True) = p``."""
+
+    shape: tuple[int, ...]
+    p: float = 0.5
+
+
+@dataclasses.dataclass(frozen=True)
+class Sample:
+    """One set of arguments for an op. ``slow`` marks the large (>= 1M elements) case."""
+
+    name: str
+    args: tuple
+    kwargs: dict = dataclasses.field(default_factory=dict)
+    slow: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class OpEntry:
+    """One catalog row.
+
+    Attributes:
+        name: the op's stable name (record ids and case ids start with it).
+        fn: ``fn(*args, **kwargs)`` -> tensor or tuple of tensors.
+        samples: the argument sets.
+        dtypes: dtype names it is tested in (floats, plus ints where the op takes them).
+        backward: whether input gradients are checked too.
+        standard: the forward outputs' precision standard (:data:`harness.compare.STANDARDS`);
+            integer/bool outputs are always exact.
+        grad_standard: the input gradients' standard (default: ``ulp`` for ulp ops, else
+            ``relative``: a gradient is rarely a single rounding).
+        judge: a custom check for ops whose output is random (dropout): called instead of
+            the reference comparison, see :mod:`harness.ops.stats`.
+        note: why a sample or standard is what it is (ties, domains...).
+    """
+
+    name: str
+    fn: Callable[..., Any]
+    samples: tuple[Sample, ...]
+    dtypes: tuple[str, ...] = FLOATS
+    backward: bool = True
+    standard: str = "relative"
+    grad_standard: Optional[str] = None
+    judge: Optional[Callable[..., Any]] = None
+    note: str = ""
+
+    @property
+    def gradient_standard(self) -> str:
+        if self.grad_standard is not None:
+            return self.grad_standard
+        return "ulp" if self.standard == "ulp" else "relative"
+
+
+# ------------------------------------------------------------------------ generation
+
+def _distinct_grid() -> torch.Tensor:
+    bits = torch.arange(0, 1 << 15, dtype=torch.int32).to(torch.int16)
+    values = bits.view(torch.bfloat16).float()
+    values = values[(values >= 2**-6) & (values < 8)]
+    return torch.cat([values, -values])
+
+
+_GRID: Optional[torch.Tensor] = None
+
+
+def _distinct(shape: Sequence[int], gen: torch.Generator) -> torch.Tensor:
+    global _GRID
+    if _GRID is None:
+        _GRID = _distinct_grid()
+    n = 1
+    for size in shape:
+        n *= size
+    if n > _GRID.numel():  # Note [Distinct values]: large cases fall back
+        return torch.randn(tuple(shape), generator=gen)
+    pick = torch.randperm(_GRID.numel(), generator=gen)[:n]
+    return _GRID[pick].reshape(tuple(shape))
+
+
+def _uniform(low: float, high: float):
+    def draw(shape, gen):
+        return torch.rand(tuple(shape), generator=gen) * (high - low) + low
+    return draw
+
+
+def _scaled_normal(scale: float, shift: float = 0.0):
+    def draw(shape, gen):
+        return torch.randn(tuple(shape), generator=gen) * scale + shift
+    return draw
+
+
+DOMAINS: dict[str, Callable[[Sequence[int], torch.Generator], torch.Tensor]] = {
+    "normal": _scaled_normal(1.0),
+    "positive": _uniform(0.25, 4.0),        # log, sqrt, rsqrt, reciprocal, pow base
+    "unit": _uniform(-0.95, 0.95),          # asin, acos, atanh, erfinv
+    "prob": _uniform(0.02, 0.98),           # probabilities (bce, logit)
+    "above1": _uniform(1.05, 4.0),          # acosh
+    "nonzero": lambda shape, gen: (_uniform(0.25, 3.0)(shape, gen)
+                                   * (torch.randint(0, 2, tuple(shape), generator=gen) * 2 - 1)),
+    "large": _scaled_normal(30.0),          # large logits: softmax must subtract the max
+    "small": _scaled_normal(1e-3),
+    "distinct": _distinct,
+    "wide": _scaled_normal(3.0),            # exp/sinh inputs that reach far but stay finite
+    "near1": _uniform(0.8, 1.25),           # products (prod, cumprod) that stay in range
+}
+
+INT_DOMAINS: dict[str, tuple[int, int]] = {
+    "normal": (-8, 9), "positive": (1, 9), "nonzero": (1, 9), "distinct": (-8, 9),
+    "unit": (-1, 2), "prob": (0, 2), "above1": (2, 9), "large": (-100, 101), "small": (-2, 3),
+    "wide": (-20, 21), "near1": (1, 2),
+}
+
+
+_NAMESPACES: tuple = (torch.nn.functional, torch, torch.linalg, torch.special, torch.Tensor)
+
+
+def late_bound(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Call a public torch function through its namespace at call time.
+
+    Catalog rows hold function objects, captured when the catalog is imported; a fault (or a
+    user's monkeypatch) that replaces ``torch.nn.functional.conv2d`` must still reach the
+    op, so a function found under its own name in a torch namespace is looked up there on
+    every call. Other callables are returned unchanged.
+    """
+    name = getattr(fn, "__name__", None)
+    for namespace in _NAMESPACES if name else ():
+        if getattr(namespace, name, None) is fn:
+            def call(*args, _ns=namespace, _name=name, **kwargs):
+                return getattr(_ns, _name)(*args, **kwargs)
+            call.__name__ = name
+            call.__qualname__ = f"late_bound({getattr(namespace, '__name__', '?')}.{name})"
+            return call
+    return fn
+
+
+def case_seed(seed: int, *parts: str) -> int:
+    """A case's seed: the global seed plus crc32 of its parts (never ``hash()``)."""
+    return (seed + zlib.crc32("-".join(parts).encode("utf-8"))) & 0x7FFFFFFF
+
+
+def _tensor_for(spec: T, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
+    shape = spec.shape
+    if spec.noncontig:
+        if len(shape) < 2:
+            raise ValueError(f"noncontig needs >= 2 dims, got {shape}")
+        shape = (*shape[:-2], shape[-1], shape[-2])
+    if dtype.is_floating_point:
+        base = DOMAINS[spec.domain](shape, gen).to(dtype)
+    elif dtype == torch.bool:
+        base = torch.rand(tuple(shape), generator=gen) < 0.5
+    else:
+        low, high = INT_DOMAINS[spec.domain]
+        if spec.domain == "distinct":
+            n = 1
+            for size in shape:
+                n *= size
+            base = (torch.randperm(n, generator=gen) - n // 2).reshape(tuple(shape))
+            base = base.to(dtype)
+        else:
+            base = torch.randint(low, high, tuple(shape), generator=gen, dtype=dtype)
+    if spec.noncontig:
+        base = base.transpose(-1, -2)
+    return base
+
+
+def materialize(sample: Sample, dtype_name: str, gen: torch.Generator) -> list:
+    """The sample's arguments as CPU values: :class:`T` in the DUT dtype, :class:`I` int64,
+    :class:`M` bool; lists/tuples are materialized element-wise; other values pass."""
+    dtype = DTYPES[dtype_name]
+
+    def value(spec):
+        if isinstance(spec, T):
+            return _tensor_for(spec, DTYPES[spec.dtype] if spec.dtype else dtype, gen)
+        if isinstance(spec, I):
+            return _index(spec, gen)
+        if isinstance(spec, M):
+            return torch.rand(spec.shape, generator=gen) < spec.p
+        if isinstance(spec, (list, tuple)):
+            return type(spec)(value(s) for s in spec)
+        return spec
+
+    return [value(spec) for spec in sample.args]
+
+
+def _index(spec: I, gen: torch.Generator) -> torch.Tensor:
+    if not spec.unique:
+        return torch.randint(spec.low, spec.high, spec.shape, generator=gen)
+    rows = 1  # no repeat along the last dim
+    for size in spec.shape[:-1]:
+        rows *= size
+    last = spec.shape[-1]
+    perms = [torch.randperm(spec.high - spec.low, generator=gen)[:last] for _ in range(rows)]
+    return (torch.stack(perms) + spec.low).reshape(spec.shape)
+
+
+def numel(sample: Sample) -> int:
+    """Elements over the sample's tensor arguments (the >= 1M check for slow cases)."""
+    total = 0
+    for spec in sample.args:
+        specs = spec if isinstance(spec, (list, tuple)) else (spec,)
+        for one in specs:
+            if isinstance(one, (T, I, M)):
+                n = 1
+                for size in one.shape:
+                    n *= size
+                total += n
+    return total

@@ -1,0 +1,274 @@
+"""Unit tests of harness.compare: metrics on hand-made tensors, each standard's pass and
+fail, the NaN/Inf position rules, empty tensors, and what failure messages say."""
+
+import math
+
+import pytest
+import torch
+
+from harness.compare import DTYPE_LIMITS, STANDARDS, compare_outputs, ulp
+
+
+def _up(x: torch.Tensor) -> torch.Tensor:
+    return x.to(torch.float64 if x.dtype == torch.float32 else torch.float32)
+
+
+# ---------------------------------------------------------------------------- metrics
+
+def test_metrics_on_a_hand_made_tensor():
+    ref = torch.tensor([1.0, 2.0, 4.0, -8.0], dtype=torch.float64)
+    dut = torch.tensor([1.0, 2.0, 4.5, -8.0], dtype=torch.float32)
+    v = compare_outputs(dut, ref, None, standard="relative")
+    m = v.metrics
+    assert m["max_abs_err"] == pytest.approx(0.5)
+    assert m["max_rel_err"] == pytest.approx(0.125)
+    assert m["mean_rel_err"] == pytest.approx(0.125 / 4)
+    assert m["rmse"] == pytest.approx(math.sqrt(0.25 / 4))
+    assert m["err_balance"] == pytest.approx(0.125 / 4)  # signed mean: all error is +
+    expected_cos = float(torch.dot(dut.double(), ref) / (dut.double().norm() * ref.norm()))
+    assert m["cosine"] == pytest.approx(expected_cos)
+    assert m["numel"] == 4
+    assert m["nan_inf_mismatch"] == 0
+    assert m["mismatched"] == 1
+
+
+def test_ulp_of_float16_matches_spacing():
+    values = torch.tensor([1.0, 1.5, 2.0, 1000.0, 0.0, 1e-6], dtype=torch.float64)
+    got = ulp(values, torch.float16)
+    assert got[0].item() == 2**-10
+    assert got[1].item() == 2**-10
+    assert got[2].item() == 2**-9
+    assert got[3].item() == 0.5          # 512 <= 1000 < 1024
+    assert got[4].item() == 2**-24       # smallest subnormal spacing
+    assert got[5].item() == 2**-24
+
+
+def test_ulp_statistics_count_elements_beyond_one_ulp():
+    ref = torch.ones(1000, dtype=torch.float32)
+    dut = torch.ones(1000, dtype=torch.float16)
+    dut[:3] += 2 * 2**-10  # 2 ULPs off on three elements
+    v = compare_outputs(dut, ref, None, standard="ulp")
+    assert v.metrics["ulp_max"] == pytest.approx(2.0)
+    assert v.metrics["ulp_gt1_share"] == pytest.approx(0.003)
+    assert v.metrics["ulp_mean"] == pytest.approx(0.006)
+
+
+def test_small_values_are_judged_by_absolute_error():
+    ref = torch.tensor([1e-4, 1.0])  # 1e-4 < fp16 small_value 1e-3
+    dut = torch.tensor([1.05e-4, 1.0], dtype=torch.float16)
+    v = compare_outputs(dut, ref, None, standard="absolute")
+    assert v.metrics["max_rel_err"] == 0.0            # only normal values count
+    assert v.metrics["small_abs_err"] == pytest.approx(abs(float(dut[0]) - 1e-4), rel=1e-3)
+    assert v.passed                                   # within small_value_atol 1e-5
+
+
+# -------------------------------------------------------------------------- standards
+
+def test_exact_passes_when_bit_equal_and_fails_otherwise():
+    x = torch.randn(8, 9).half()
+    assert compare_outputs(x.clone(), x.float(), None, standard="exact").passed
+    y = x.clone()
+    y[3, 4] = y[3, 4] + 1
+    v = compare_outputs(y, x.float(), None, standard="exact")
+    assert not v.passed
+    assert v.metrics["mismatched"] == 1
+    assert "(3, 4)" in v.message
+
+
+def test_integer_outputs_are_always_exact():
+    ref = torch.tensor([0, 3, 5])
+    v = compare_outputs(torch.tensor([0, 3, 4]), ref, None, standard="relative")
+    assert not v.passed
+    assert "always exact" in v.message
+    assert compare_outputs(ref.clone(), ref, None, standard="ulp").passed
+
+
+def test_absolute_threshold_per_dtype():
+    ref = torch.ones(64, dtype=torch.float64)
+    just_in = torch.full((64,), 1 + 2**-21, dtype=torch.float32)   # rel 4.8e-7 <= 2^-20
+    just_out = torch.full((64,), 1 + 2**-19, dtype=torch.float32)  # rel 1.9e-6 > 2^-20
+    assert compare_outputs(just_in, ref, None, standard="absolute").passed
+    v = compare_outputs(just_out, ref, None, standard="absolute")
+    assert not v.passed
+    assert "relative error <= 9.53674e-07" in v.message
+
+
+def test_absolute_allows_no_worse_than_the_cpu_in_the_same_dtype():
+    ref = torch.full((16,), 1.0)
+    cpu = torch.full((16,), 1.0 + 2**-7, dtype=torch.bfloat16)   # the CPU's own bf16 error
+    assert compare_outputs(cpu.clone(), ref, cpu, standard="absolute").passed
+    worse = torch.full((16,), 1.0 + 2**-6, dtype=torch.bfloat16)
+    assert not compare_outputs(worse, ref, cpu, standard="absolute").passed
+
+
+def test_ulp_fp16_passes_when_not_above_the_cpus_share():
+    ref = torch.ones(100, dtype=torch.float32)
+    dut = torch.ones(100, dtype=torch.float16)
+    dut[:5] += 4 * 2**-10                      # 5% of elements 4 ULPs off
+    assert not compare_outputs(dut, ref, None, standard="ulp").passed
+    assert compare_outputs(dut, ref, dut.clone(), standard="ulp").passed
+    assert not compare_outputs(dut, ref, torch.ones(100, dtype=torch.float16),
+                               standard="ulp").passed
+
+
+def test_ulp_fp32_mean_or_share_rule():
+    ref = torch.ones(100, dtype=torch.float64)
+    dut = torch.ones(100, dtype=torch.float32)
+    dut[:3] += 1000 * 2**-23            # 3% > 32 ULP: share < 0.05 passes
+    assert compare_outputs(dut, ref, None, standard="ulp").passed
+    dut[:10] += 1000 * 2**-23           # 10% > 32 ULP and mean 150 ULP: fails
+    v = compare_outputs(dut, ref, None, standard="ulp")
+    assert not v.passed
+    assert "ulp_mean" in v.message
+
+
+def test_relative_on_cpu_passes_when_dut_equals_the_low_precision_reference():
+    x = torch.randn(32, 257)
+    for dtype in (torch.float16, torch.bfloat16, torch.float32):
+        dut = torch.exp(x.to(dtype))
+        ref = torch.exp(_up(x.to(dtype)))
+        v = compare_outputs(dut, ref, dut.clone(), standard="relative")
+        assert v.passed, v.message
+        assert v.metrics["max_rel_err_ratio"] <= 1.0  # same error, or below the eps floor
+
+
+def test_relative_ratio_has_a_floor_when_the_reference_error_is_zero():
+    x = torch.tensor([1.0, 2.0, 4.0])  # exactly representable: reference error 0
+    dut = x.clone()
+    dut[0] = 1.0 + 2**-23              # one fp32 ULP: ratio to the eps floor is ~1
+    v = compare_outputs(dut, x.double(), x.clone(), standard="relative")
+    assert v.passed
+    assert v.metrics["ref_max_rel_err"] == 0.0
+    assert v.metrics["max_rel_err_ratio"] <= 1.0
+
+
+def test_relative_fails_a_1e_4_relative_error_in_fp32():
+    x = torch.randn(64, 64)
+    ref = torch.exp(x.double())
+    low = torch.exp(x)
+    v = compare_outputs(low * (1 + 1e-4), ref, low, standard="relative")
+    assert not v.passed
+    assert "max_rel_err" in v.message and "limit 10x" in v.message
+    assert v.metrics["max_rel_err_ratio"] > 10
+
+
+def test_relative_without_low_precision_reference_uses_assert_close_defaults():
+    ref = torch.ones(10)
+    limits = DTYPE_LIMITS[torch.float16]
+    ok = torch.full((10,), 1 + limits.rtol / 2).half()
+    bad = torch.full((10,), 1.01).half()
+    assert compare_outputs(ok, ref, None, standard="relative").passed
+    v = compare_outputs(bad, ref, None, standard="relative")
+    assert not v.passed
+    assert "assert_close defaults" in v.message
+
+
+def test_fp32_dut_against_fp64_reference_passes_every_standard():
+    x = torch.randn(16, 64)
+    cases = {"relative": torch.sin, "absolute": lambda t: t * 3, "ulp": lambda t: t @ t.T,
+             "exact": lambda t: t.flip(0)}
+    for standard, fn in cases.items():
+        v = compare_outputs(fn(x), fn(x.double()), fn(x), standard=standard)
+        assert v.passed, (standard, v.message)
+
+
+def test_cosine_floor_fails_an_output_pointing_elsewhere():
+    ref = torch.randn(1000)
+    dut = torch.randn(1000)
+    v = compare_outputs(dut, ref, None, standard="absolute")
+    assert not v.passed
+    assert "cosine" in v.message and "floor 0.99" in v.message
+
+
+def test_cosine_floor_accepts_what_the_cpu_itself_computes():
+    ref = torch.tensor([2e-3], dtype=torch.float32)   # e.g. 1 - tanh(x)^2 in fp32
+    cpu = torch.tensor([0.0], dtype=torch.bfloat16)   # the same cancels to 0 in bf16
+    assert compare_outputs(cpu.clone(), ref, cpu, standard="relative").passed
+    assert not compare_outputs(cpu.clone(), ref, None, standard="relative").passed
+
+
+def test_unknown_standard_is_a_usage_error():
+    with pytest.raises(ValueError, match="unknown precision standard"):
+        compare_outputs(torch.ones(1), torch.ones(1), None, standard="fuzzy")
+
+
+def test_standards_table_is_data_with_sources():
+    assert set(STANDARDS) == {"exact", "absolute", "ulp", "relative"}
+    assert all(s.source for s in STANDARDS.values())
+    assert STANDARDS["relative"].limits["max_rel_err"] == 10.0
+
+
+# -------------------------------------------------------------------- NaN/Inf rules
+
+def test_nan_where_the_reference_has_none_fails():
+    ref = torch.ones(6)
+    dut = torch.ones(6, dtype=torch.float16)
+    dut[2] = float("nan")
+    v = compare_outputs(dut, ref, None, standard="relative")
+    assert not v.passed
+    assert v.metrics["nan_inf_mismatch"] == 1
+    assert "NaN/Inf" in v.message and "(2,)" in v.message
+
+
+def test_nan_in_the_same_positions_passes_and_elsewhere_fails():
+    ref = torch.tensor([1.0, float("nan"), 3.0])
+    same = torch.tensor([1.0, float("nan"), 3.0])
+    assert compare_outputs(same, ref.double(), same, standard="relative").passed
+    zero = torch.tensor([1.0, 0.0, 3.0])   # a kernel that turns NaN into 0
+    v = compare_outputs(zero, ref.double(), same, standard="relative")
+    assert not v.passed
+    assert v.metrics["nan_inf_mismatch"] == 1
+
+
+def test_infinity_signs_must_agree():
+    ref = torch.tensor([float("inf"), 1.0])
+    assert compare_outputs(torch.tensor([float("inf"), 1.0]), ref.double(), None,
+                           standard="absolute").passed
+    assert not compare_outputs(torch.tensor([-float("inf"), 1.0]), ref.double(), None,
+                               standard="absolute").passed
+
+
+def test_overflow_of_the_dut_dtype_is_allowed_where_the_rounded_reference_overflows():
+    ref = torch.tensor([1e5, 1.0])          # finite in fp32, inf in fp16
+    dut = ref.half()
+    assert not math.isfinite(float(dut[0]))
+    assert compare_outputs(dut, ref, dut.clone(), standard="relative").passed
+
+
+# ------------------------------------------------------------------- empty / messages
+
+@pytest.mark.parametrize("standard", sorted(STANDARDS))
+def test_empty_tensors_pass_every_standard(standard):
+    v = compare_outputs(torch.empty(0, 5, dtype=torch.float16), torch.empty(0, 5),
+                        torch.empty(0, 5, dtype=torch.float16), standard=standard)
+    assert v.passed
+    assert v.metrics["numel"] == 0
+
+
+def test_shape_mismatch_fails_with_both_shapes():
+    v = compare_outputs(torch.ones(2, 3), torch.ones(3, 2), None, standard="relative")
+    assert not v.passed
+    assert "(2, 3)" in v.message and "(3, 2)" in v.message
+
+
+def test_message_names_count_worst_element_values_and_limit():
+    ref = torch.linspace(1, 2, 100, dtype=torch.float64).reshape(10, 10)
+    dut = ref.float().clone()
+    dut[7, 3] *= 1.01
+    v = compare_outputs(dut, ref, None, standard="absolute")
+    assert not v.passed
+    assert v.message.startswith("Tensor-likes are not close under standard 'absolute' (float32)")
+    assert "Mismatched elements: 1 / 100 (1%)" in v.message
+    assert "Greatest error at index (7, 3)" in v.message
+    assert f"dut {float(dut[7, 3])!r}" in v.message
+    assert "relative error <= 9.53674e-07" in v.message
+    assert v.passed is False and v.message
+
+
+def test_passing_verdict_has_empty_message_and_baseline_rules():
+    x = torch.randn(10)
+    v = compare_outputs(x.clone(), x.double(), x.clone(), standard="relative")
+    assert v.passed and v.message == ""
+    rule = v.rules["max_rel_err"]
+    assert rule.better == "lower" and rule.rel == 2.0 and 0 < rule.abs <= 2**-23
+    assert set(v.rules) <= set(v.metrics)
