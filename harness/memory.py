@@ -84,10 +84,12 @@ class StorageTracker(TorchDispatchMode):
     """
 
     def __init__(self, limit: Optional[int] = None,
-                 oom_error: type[BaseException] = torch.OutOfMemoryError) -> None:
+                 oom_error: Optional[type[BaseException]] = None) -> None:
         super().__init__()
         self.limit = limit
-        self.oom_error = oom_error
+        # torch.OutOfMemoryError is torch >= 2.5; torch.cuda's exists on every build
+        self.oom_error = oom_error or getattr(torch, "OutOfMemoryError", None) \
+            or torch.cuda.OutOfMemoryError
         self.peak = 0
         self.allocations = 0
         self._current = 0
@@ -430,7 +432,8 @@ def measure_step(device, model: torch.nn.Module, inputs: torch.Tensor, target: t
     """
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     model.train()
-    torch.manual_seed(seed)
+    for param in model.parameters():  # an earlier step's gradients are not this step's
+        param.grad = None
     device.seed(seed)
     with measure(device, cap=cap) as meter:
         loss = train_step(device, model, optimizer, inputs, target, checkpoint=checkpoint)
