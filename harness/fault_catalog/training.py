@@ -1,0 +1,193 @@
+"""Faults the training family (``suites/amp``, ``suites/optim``, ``suites/norm``) must
+catch: broken train/eval semantics, mixed-precision bookkeeping and one bad layer.
+
+Each acts only inside ``device.scope()`` (the DUT), like a broken backend would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from harness.faults import Fault, patch_attr, perturb_op
+
+AMP = "suites/amp"
+OPTIM = "suites/optim"
+NORM = "suites/norm"
+
+
+# ------------------------------------------------------------------------ BatchNorm
+
+def _bn_always_batch_stats(original):
+    def batch_norm(input, running_mean, running_var, weight=None, bias=None,  # noqa: A002
+                   training=False, momentum=0.1, eps=1e-5):
+        return original(input, running_mean, running_var, weight, bias, True, momentum, eps)
+    return batch_norm
+
+
+BN_EVAL_BATCH_STATS = patch_attr(
+    "training.bn_eval_batch_stats", family="training",
+    description="BatchNorm in eval mode normalises with batch statistics (and updates the "
+                "running buffers) instead of using the running statistics",
+    target="torch.nn.functional.batch_norm", replace=_bn_always_batch_stats,
+    checks=(f"{NORM}/test_batchnorm.py::test_eval_uses_running_stats[float32]",),
+)
+
+
+def _bn_biased_running_var(original):
+    def batch_norm(input, running_mean, running_var, weight=None, bias=None,  # noqa: A002
+                   training=False, momentum=0.1, eps=1e-5):
+        if not (training and running_var is not None):
+            return original(input, running_mean, running_var, weight, bias, training,
+                            momentum, eps)
+        old = running_var.detach().clone()
+        out = original(input, running_mean, running_var, weight, bias, training, momentum, eps)
+        dims = [d for d in range(input.dim()) if d != 1]
+        biased = input.detach().to(running_var.dtype).var(dim=dims, unbiased=False)
+        with torch.no_grad():
+            running_var.copy_((1 - momentum) * old + momentum * biased)
+        return out
+    return batch_norm
+
+
+BN_BIASED_RUNNING_VAR = patch_attr(
+    "training.bn_running_var_biased", family="training",
+    description="BatchNorm's running_var is updated with the biased (1/n) batch variance "
+                "instead of the unbiased (1/(n-1)) one",
+    target="torch.nn.functional.batch_norm", replace=_bn_biased_running_var,
+    checks=(f"{NORM}/test_batchnorm.py::test_train_updates_running_stats[momentum=0.1]",),
+)
+
+
+# ------------------------------------------------------------------------ GradScaler
+
+def _never_backs_off(original):
+    def update_scale(scale, growth_tracker, found_inf, growth_factor, backoff_factor,
+                     growth_interval):
+        # the backend "forgets" the overflow: the scale keeps growing as if all was finite
+        return original(scale, growth_tracker, torch.zeros_like(found_inf), growth_factor,
+                        backoff_factor, growth_interval)
+    return update_scale
+
+
+GRAD_SCALER_NEVER_BACKS_OFF = patch_attr(
+    "training.grad_scaler_never_backs_off", family="training",
+    description="GradScaler.update never lowers the scale after inf/NaN gradients "
+                "(torch._amp_update_scale_ ignores found_inf)",
+    target="torch._amp_update_scale_", replace=_never_backs_off,
+    checks=(f"{AMP}/test_grad_scaler.py::test_classic_scale_sequence",),
+)
+
+
+# ------------------------------------------------------------------------ optimizer
+
+_ADAM_STATE = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
+
+
+def _adam_state_bf16(original):
+    def step(self, closure=None):
+        for group in self.param_groups:  # the kernel computes in the param dtype...
+            for param in group["params"]:
+                state = self.state.get(param, {})
+                for key in _ADAM_STATE:
+                    if key in state and state[key].dtype != param.dtype:
+                        state[key] = state[key].to(param.dtype)
+        out = original(self, closure)
+        for state in self.state.values():  # ...but the state is stored in bf16
+            for key in _ADAM_STATE:
+                if key in state and state[key].is_floating_point():
+                    state[key] = state[key].to(torch.bfloat16)
+        return out
+    return step
+
+
+ADAM_STATE_BF16 = patch_attr(
+    "training.adam_state_bf16", family="training",
+    description="Adam (and AdamW) keep exp_avg/exp_avg_sq in bf16 between steps, with fp32 "
+                "parameters: updates lose precision",
+    target="torch.optim.Adam.step", replace=_adam_state_bf16,
+    checks=(f"{OPTIM}/test_optimizer_state.py::test_fp32_state_under_amp[adam-foreach-bfloat16]",),
+)
+
+
+# ------------------------------------------------------------------------ autocast
+
+def _in_low_precision(original):
+    def op(input, *args, **kwargs):  # noqa: A002 - mirrors torch's signature
+        device_type = input.device.type
+        if isinstance(input, torch.Tensor) and torch.is_autocast_enabled(device_type):
+            low = torch.get_autocast_dtype(device_type)
+            with torch.autocast(device_type, enabled=False):
+                return original(input.to(low), *args, **kwargs)
+        return original(input, *args, **kwargs)
+    return op
+
+
+_LOW_PRECISION_TARGETS = ("torch.softmax", "torch.nn.functional.softmax",
+                          "torch.nn.functional.log_softmax", "torch.nn.functional.cross_entropy")
+
+
+def _activate_low_precision(device):
+    stack = contextlib.ExitStack()
+    for target in _LOW_PRECISION_TARGETS:
+        stack.enter_context(patch_attr(f"_{target}", family="training", description="",
+                                       target=target, replace=_in_low_precision,
+                                       checks=()).activate(device))
+    return stack
+
+
+AUTOCAST_SOFTMAX_FP16 = Fault(
+    "training.autocast_softmax_low_precision", "training",
+    "under autocast, softmax/log_softmax/cross_entropy run in the low dtype (fp16/bf16) "
+    "instead of fp32",
+    (f"{AMP}/test_autocast.py::test_autocast_policy[float16-softmax-in=float32]",
+     f"{AMP}/test_autocast.py::test_autocast_policy[float16-cross_entropy-in=float16]"),
+    _activate_low_precision,
+)
+
+
+# ------------------------------------------------------------------------ dropout
+
+def _dropout_unscaled(original):
+    def dropout(input, p=0.5, training=True, inplace=False):  # noqa: A002
+        out = original(input, p, training, inplace)
+        return out * (1 - p) if training and 0 < p < 1 else out
+    return dropout
+
+
+DROPOUT_UNSCALED = patch_attr(
+    "training.dropout_unscaled", family="training",
+    description="dropout in train mode zeroes elements but does not scale the kept ones "
+                "by 1/(1-p)",
+    target="torch.nn.functional.dropout", replace=_dropout_unscaled,
+    checks=(f"{NORM}/test_dropout.py::test_dropout_train_scales_kept[float32-p=0.5]",),
+)
+
+
+# ------------------------------------------------------------------------ one bad layer
+
+def _is_simplecnn_conv2(out) -> bool:
+    """SimpleCNN's conv2 output: (N, 64, 16, 16); no other layer of the reference models
+    (SimpleCNN, small ResNet, TinyTransformer, TinyCNN) has this shape."""
+    return isinstance(out, torch.Tensor) and out.dim() == 4 and tuple(out.shape[1:]) == (64, 16, 16)
+
+
+def _mix_neighbours(out, args, kwargs):
+    if not _is_simplecnn_conv2(out):
+        return out
+    # 20% of each value comes from its right-hand neighbour: not a per-channel affine
+    # change, so the following BatchNorm cannot normalise it away.
+    return 0.8 * out + 0.2 * torch.roll(out, 1, dims=-1)
+
+
+CONV_LAYER_DRIFT = perturb_op(
+    "training.conv_layer_drift", family="training",
+    description="one convolution (SimpleCNN's conv2, output 64x16x16) mixes 20% of each "
+                "output with its neighbour: the divergence finder must name 'conv2'",
+    op="aten.convolution.default", transform=_mix_neighbours,
+    checks=(f"{AMP}/test_layer_agreement.py::test_layers_agree[simplecnn-float32]",),
+)
+
+FAULTS = [BN_EVAL_BATCH_STATS, BN_BIASED_RUNNING_VAR, GRAD_SCALER_NEVER_BACKS_OFF,
+          ADAM_STATE_BF16, AUTOCAST_SOFTMAX_FP16, DROPOUT_UNSCALED, CONV_LAYER_DRIFT]

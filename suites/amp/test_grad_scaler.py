@@ -1,0 +1,194 @@
+"""GradScaler semantics on the DUT: the classic scale sequence, unscale_ before
+clip_grad_norm_, the state_dict round trip, and the overflow/skip rate by init_scale."""
+
+import copy
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from harness import training
+from harness.results import equal, lower
+
+
+def _linear_problem(device, seed: int = 0):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(16, 8, generator=gen)
+    y = torch.randn(16, 4, generator=gen)
+    torch.manual_seed(seed)
+    model = nn.Linear(8, 4)
+    return model, x, y
+
+
+def _params(model) -> list[torch.Tensor]:
+    return [p.detach().to("cpu", copy=True) for p in model.parameters()]
+
+
+def _max_change(before, after) -> float:
+    return max(float((a - b).abs().max()) for a, b in zip(before, after))
+
+
+INF_STEP = 1
+GROWTH, BACKOFF, INIT = 2.0, 0.5, 128.0
+
+
+def test_classic_scale_sequence(device, results):
+    """init_scale 128, growth 2 every step, one inf at step 1 of 4: the scale ends at
+    128 * 2^3 * 0.5, the inf step is skipped and leaves the parameters unchanged."""
+    model, x, y = _linear_problem(device)
+    scales, changes = [], []
+    with device.scope():
+        model.to(device.torch_device)
+        x, y = x.to(device.torch_device), y.to(device.torch_device)
+        scaler = device.grad_scaler(init_scale=INIT, growth_factor=GROWTH,
+                                    backoff_factor=BACKOFF, growth_interval=1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(4):
+            opt.zero_grad()
+            with device.autocast(torch.float16):
+                loss = F.mse_loss(model(x).float(), y)
+            scaler.scale(loss).backward()
+            if step == INF_STEP:
+                model.weight.grad[0, 0] = float("inf")
+            before = _params(model)
+            scaler.step(opt)
+            scaler.update()
+            scales.append(float(scaler.get_scale()))
+            changes.append(_max_change(before, _params(model)))
+    expected = [INIT * GROWTH, INIT * GROWTH * BACKOFF, INIT * GROWTH ** 2 * BACKOFF,
+                INIT * GROWTH ** 3 * BACKOFF]
+    skipped = [i for i, change in enumerate(changes) if change == 0.0]
+    ok = scales == expected and skipped == [INF_STEP]
+    results.record(
+        "amp/grad_scaler/float16/classic_sequence", status="pass" if ok else "fail",
+        metrics={"final_scale": scales[-1], "skipped_steps": len(skipped),
+                 "inf_step_param_change": changes[INF_STEP]},
+        rules={"final_scale": equal(), "skipped_steps": equal(),
+               "inf_step_param_change": equal()},
+        info={"scales": scales, "expected_scales": expected, "param_changes": changes},
+        message=f"GradScaler sequence: scales {scales}, expected {expected} "
+                f"(init 128, growth 2, backoff 0.5, interval 1, inf at step {INF_STEP}); "
+                f"steps that left the parameters unchanged: {skipped}, expected "
+                f"[{INF_STEP}]\n{results.reproduce}")
+
+
+def test_unscale_then_clip(device, results):
+    """scaler.unscale_ then clip_grad_norm_: the norm is the true (unscaled) one, the
+    clipped gradients respect max_norm, and step() does not unscale a second time."""
+    model, x, y = _linear_problem(device, seed=1)
+    ref = copy.deepcopy(model)
+    # reference: fp32 on the CPU, no scaler
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    F.mse_loss(ref(x), y).backward()
+    ref_norm = float(torch.nn.utils.clip_grad_norm_(ref.parameters(), float("inf")))
+    max_norm = 0.5 * ref_norm
+    torch.nn.utils.clip_grad_norm_(ref.parameters(), max_norm)
+    ref_opt.step()
+    with device.scope():
+        model.to(device.torch_device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        scaler = device.grad_scaler(init_scale=2.0 ** 12)
+        with device.autocast(torch.float16):
+            loss = F.mse_loss(model(x.to(device.torch_device)).float(), y.to(device.torch_device))
+        scaler.scale(loss).backward()
+        scaler.unscale_(opt)
+        norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm))
+        clipped = float(torch.linalg.vector_norm(torch.stack(
+            [torch.linalg.vector_norm(p.grad.float()) for p in model.parameters()])))
+        scaler.step(opt)
+        scaler.update()
+    norm_err = abs(norm - ref_norm) / ref_norm
+    param_err = max(float((a - b).abs().max()) for a, b in zip(_params(model), _params(ref)))
+    step_size = max(float((a - b).abs().max()) for a, b in
+                    zip(_params(ref), _params(_linear_problem(device, seed=1)[0])))
+    rel_param_err = param_err / step_size
+    ok = norm_err <= 1e-2 and clipped <= max_norm * (1 + 1e-3) and rel_param_err <= 2e-2
+    results.record(
+        "amp/grad_scaler/float16/unscale_then_clip", status="pass" if ok else "fail",
+        metrics={"norm_rel_err": norm_err, "clipped_norm_over_max": clipped / max_norm,
+                 "step_rel_err": rel_param_err},
+        rules={"norm_rel_err": lower(rel=4.0, abs=1e-3),
+               "clipped_norm_over_max": lower(rel=1.0, abs=1e-3),
+               "step_rel_err": lower(rel=4.0, abs=2e-3)},
+        info={"norm": norm, "ref_norm": ref_norm, "max_norm": max_norm},
+        message=f"unscale_ + clip_grad_norm_: norm {norm:.6g} vs reference {ref_norm:.6g} "
+                f"(rel err {norm_err:.3g}, allowed 1e-2); clipped norm {clipped:.6g} vs "
+                f"max_norm {max_norm:.6g}; step rel err {rel_param_err:.3g} (allowed 2e-2; "
+                f"a second unscale in step() shows here)\n{results.reproduce}")
+
+
+def _scaler_steps(device, scaler, model, opt, x, y, steps, inf_at=()):
+    scales = []
+    for step in range(steps):
+        opt.zero_grad()
+        with device.autocast(torch.float16):
+            loss = F.mse_loss(model(x).float(), y)
+        scaler.scale(loss).backward()
+        if step in inf_at:
+            model.weight.grad[0, 0] = float("nan")
+        scaler.step(opt)
+        scaler.update()
+        scales.append(float(scaler.get_scale()))
+    return scales
+
+
+def test_state_dict_round_trip(device, results):
+    """A scaler restored from state_dict() carries on exactly like the original."""
+    model, x, y = _linear_problem(device, seed=2)
+    with device.scope():
+        model.to(device.torch_device)
+        x, y = x.to(device.torch_device), y.to(device.torch_device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        scaler = device.grad_scaler(init_scale=2.0 ** 10, growth_factor=2.0,
+                                    backoff_factor=0.25, growth_interval=2)
+        _scaler_steps(device, scaler, model, opt, x, y, 3, inf_at=(1,))
+        state = scaler.state_dict()
+        restored = device.grad_scaler()
+        restored.load_state_dict(state)
+        again = restored.state_dict()
+        mismatched = sorted(k for k in set(state) | set(again)
+                            if k not in state or k not in again or
+                            float(state[k]) != float(again[k]))
+        twin, twin_opt = copy.deepcopy(model), None
+        twin_opt = torch.optim.SGD(twin.parameters(), lr=0.01)
+        twin_opt.load_state_dict(opt.state_dict())
+        a = _scaler_steps(device, scaler, model, opt, x, y, 4, inf_at=(2,))
+        b = _scaler_steps(device, restored, twin, twin_opt, x, y, 4, inf_at=(2,))
+    diverging = sum(u != v for u, v in zip(a, b))
+    ok = not mismatched and diverging == 0
+    results.record(
+        "amp/grad_scaler/float16/state_dict_round_trip", status="pass" if ok else "fail",
+        metrics={"mismatched_keys": len(mismatched), "diverging_scales": diverging},
+        rules={"mismatched_keys": equal(), "diverging_scales": equal()},
+        info={"state": {k: float(v) for k, v in state.items()}, "original": a, "restored": b},
+        message=f"GradScaler state_dict round trip: keys differing after load {mismatched}; "
+                f"scales after 4 more steps: original {a}, restored {b}\n{results.reproduce}")
+
+
+INIT_SCALES = [2 ** 7, 2 ** 10, 2 ** 16, 2 ** 24]
+
+
+@pytest.mark.parametrize("init_scale", INIT_SCALES, ids=lambda s: f"2^{int(math.log2(s))}")
+def test_overflow_skip_rate(device, results, settings, init_scale):
+    """Skipped (overflowing) steps of the reference model's first steps at an init_scale:
+    a scale too large must back off to one that trains, not skip forever."""
+    spec = training.spec_for(settings.training_scale, seed=settings.seed)
+    steps = 20 if settings.training_scale == "small" else 100
+    run = training.train(spec, device, amp_dtype=torch.float16, steps=steps, evaluate=False,
+                         scaler_kwargs={"init_scale": float(init_scale)})
+    skipped = len(run.skipped)
+    final = run.scales[-1] if run.scales else float("nan")
+    ok = skipped <= steps // 2 and math.isfinite(run.losses[-1])
+    results.record(
+        f"amp/grad_scaler/float16/skip_rate/{spec.model}-{spec.scale}/"
+        f"init=2^{int(math.log2(init_scale))}", status="pass" if ok else "fail",
+        metrics={"skipped_steps": skipped, "skip_rate": skipped / steps,
+                 "log2_final_scale": math.log2(final) if final > 0 else float("nan")},
+        rules={"skipped_steps": lower(rel=1.5, abs=2), "log2_final_scale": equal(abs=2)},
+        info={"steps": steps, "skipped": run.skipped, "scales": run.scales},
+        message=f"init_scale 2^{int(math.log2(init_scale))}: {skipped} of {steps} steps "
+                f"skipped (more than half), final scale {final}, last loss "
+                f"{run.losses[-1]:.4g}; a scaler that never backs off keeps skipping"
+                f"\n{results.reproduce}")
