@@ -1,0 +1,279 @@
+"""Verdicts of the distributed family: every rank's returned values -> one record.
+
+Plain functions over plain values (the ranks' JSON), so the judgement is testable
+without launching anything. Each returns a :class:`Verdict` the test records as is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Optional
+
+from harness.results import Rule, equal, lower
+
+# Largest allowed max|DUT - reference| / max|reference| for gradients and parameters,
+# per dtype the DDP model trains in (fp64 reference on the full batch). Float32 and
+# float64: a few hundred ulps of accumulated rounding over 5 steps; autocast dtypes: the
+# reduced-precision matmuls (measured ~6e-3 for bfloat16 on the CPU, 3e-2 allowed).
+DDP_TOLERANCE = {"float64": 1e-12, "float32": 1e-5, "float16": 1e-2, "bfloat16": 3e-2}
+
+
+@dataclasses.dataclass
+class Verdict:
+    status: str
+    metrics: dict[str, Any]
+    rules: dict[str, Rule]
+    message: str = ""
+    info: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def _worst(values: dict[int, dict], key: str) -> tuple[float, Optional[int], Optional[int]]:
+    """(max over ranks and steps of values[rank][key], rank, step) for a per-step list."""
+    worst, where_rank, where_step = 0.0, None, None
+    for rank, value in sorted(values.items()):
+        series = value.get(key, [])
+        series = series if isinstance(series, list) else [series]
+        for step, err in enumerate(series):
+            err = float("inf") if err is None else float(err)
+            if math.isnan(err) or err > worst:
+                worst, where_rank, where_step = (float("inf") if math.isnan(err) else err,
+                                                 rank, step)
+    return worst, where_rank, where_step
+
+
+def _disagreeing_steps(values: dict[int, dict], key: str = "param_hash") -> list[int]:
+    """Steps after which the ranks that ran them hold different parameters."""
+    longest = max(len(v.get(key, [])) for v in values.values())
+    bad = []
+    for step in range(longest):
+        seen = {v[key][step] for v in values.values() if step < len(v.get(key, []))}
+        if len(seen) > 1:
+            bad.append(step)
+    return bad
+
+
+def judge_ddp(values: dict[int, dict], *, dtype: str, variant: str, steps: int,
+              world_size: int) -> Verdict:
+    """DDP vs single process: gradients, parameters, bit-identical ranks, variant extras."""
+    tol = DDP_TOLERANCE[dtype]
+    grad, grad_rank, grad_step = _worst(values, "grad_err")
+    param, param_rank, param_step = _worst(values, "param_err")
+    final, final_rank, _ = _worst(values, "final_param_err")
+    disagree = _disagreeing_steps(values)
+    final_hashes = {v.get("final_hash") for v in values.values()}
+    problems = []
+    if grad > tol:
+        problems.append(f"gradients differ from one process on the full batch: max "
+                        f"normalised error {grad:.3g} > {tol:g} allowed ({dtype}), rank "
+                        f"{grad_rank}, step {grad_step}")
+    if max(param, final) > tol:
+        problems.append(f"parameters differ from the reference: max normalised error "
+                        f"{max(param, final):.3g} > {tol:g} (rank {param_rank if param >= final else final_rank}, "
+                        f"step {param_step if param >= final else 'final'})")
+    if disagree or len(final_hashes) > 1:
+        problems.append(f"ranks hold different parameters after steps {disagree}"
+                        + (" and after training" if len(final_hashes) > 1 else "")
+                        + " (must be bit-identical)")
+    expected_steps = {r: (steps - 2 + r if variant == "join" else steps)
+                      for r in range(world_size)}
+    ran = {r: v.get("steps_run") for r, v in values.items()}
+    if ran != expected_steps:
+        problems.append(f"steps run per rank {ran}, expected {expected_steps}")
+    unused = max(float(v.get("unused_grad_max", 0.0)) for v in values.values())
+    if unused != 0.0:
+        problems.append(f"the unused parameter got a gradient (max |g| {unused:.3g}); "
+                        "it must stay None/zero")
+    metrics = {"grad_err": grad, "param_err": max(param, final),
+               "ranks_disagree_steps": len(disagree) + (len(final_hashes) > 1),
+               "unused_grad_max": unused}
+    floor = tol / 10
+    rules = {"grad_err": lower(rel=10.0, abs=floor), "param_err": lower(rel=10.0, abs=floor),
+             "ranks_disagree_steps": equal(0), "unused_grad_max": equal(0)}
+    return Verdict("fail" if problems else "pass", metrics, rules, "; ".join(problems),
+                   info={"grad_err_per_step": {r: v.get("grad_err") for r, v in values.items()}})
+
+
+def judge_amp(values: dict[int, dict]) -> tuple[str, Verdict]:
+    """DDP + autocast + GradScaler vs fp64 full batch; the ranks' scales must agree."""
+    amp_dtype = next(iter(values.values()))["amp_dtype"]
+    tol = DDP_TOLERANCE[amp_dtype]
+    grad, grad_rank, grad_step = _worst(values, "grad_err")
+    param, _, _ = _worst(values, "param_err")
+    disagree = _disagreeing_steps(values)
+    scales = {tuple(v["scale"]) for v in values.values()}
+    skipped = max(int(v["skipped_steps"]) for v in values.values())
+    problems = []
+    if grad > tol:
+        problems.append(f"unscaled gradients differ from fp64 full-batch gradients: max "
+                        f"normalised error {grad:.3g} > {tol:g} ({amp_dtype} autocast), "
+                        f"rank {grad_rank}, step {grad_step}")
+    if param > tol:
+        problems.append(f"parameters differ from the reference: {param:.3g} > {tol:g}")
+    if disagree:
+        problems.append(f"ranks hold different parameters after steps {disagree}")
+    if len(scales) > 1:
+        problems.append(f"ranks' GradScaler scales differ: {sorted(scales)}")
+    if skipped:
+        problems.append(f"{skipped} steps skipped for inf/NaN gradients (none expected: "
+                        "the loss is small and the initial scale 2^10)")
+    metrics = {"grad_err": grad, "param_err": param, "ranks_disagree_steps": len(disagree),
+               "skipped_steps": skipped}
+    rules = {"grad_err": lower(rel=4.0, abs=tol / 10), "param_err": lower(rel=4.0, abs=tol / 10),
+             "ranks_disagree_steps": equal(0), "skipped_steps": equal(0)}
+    return amp_dtype, Verdict("fail" if problems else "pass", metrics, rules,
+                              "; ".join(problems), info={"scale": sorted(scales)})
+
+
+def _max_abs_diff(a: list, b: list) -> float:
+    worst = 0.0
+    for x, y in zip(a, b):
+        if isinstance(x, list):
+            worst = max(worst, _max_abs_diff(x, y))
+        else:
+            worst = max(worst, abs(float(x) - float(y)))
+    return worst
+
+
+def judge_buffers(values: dict[int, dict]) -> Verdict:
+    """broadcast_buffers: at every forward's start all ranks hold rank 0's buffers."""
+    tol = DDP_TOLERANCE["float32"]
+    ranks = sorted(values)
+    steps = len(values[0]["start_buffers"])
+    mismatch = 0.0  # across ranks at forward start (after the broadcast)
+    stale = 0.0  # forward-start buffers vs rank 0's buffers at the previous step's end
+    diverge = 0.0  # across ranks at a step's end (proves the check could see a miss)
+    for step in range(steps):
+        for rank in ranks[1:]:
+            mismatch = max(mismatch, _max_abs_diff(values[rank]["start_buffers"][step],
+                                                   values[0]["start_buffers"][step]))
+            diverge = max(diverge, _max_abs_diff(values[rank]["end_buffers"][step],
+                                                 values[0]["end_buffers"][step]))
+        if step:
+            for rank in ranks:
+                stale = max(stale, _max_abs_diff(values[rank]["start_buffers"][step],
+                                                 values[0]["end_buffers"][step - 1]))
+    grad, grad_rank, grad_step = _worst(values, "grad_err")
+    hashes = {v["param_hash"][-1] for v in values.values()}
+    problems = []
+    if mismatch or stale:
+        problems.append(f"BatchNorm buffers not broadcast from rank 0: at a forward's "
+                        f"start ranks differ by {mismatch:.3g} and differ from rank 0's "
+                        f"last buffers by {stale:.3g} (both must be 0)")
+    if diverge == 0.0:
+        problems.append("the ranks' buffers never diverged within a step, so this check "
+                        "could not see a missing broadcast (shards must differ)")
+    if grad > tol:
+        problems.append(f"gradients differ from the mean of per-shard gradients: {grad:.3g}"
+                        f" > {tol:g}, rank {grad_rank}, step {grad_step}")
+    if len(hashes) > 1:
+        problems.append("ranks hold different parameters after training")
+    metrics = {"buffer_mismatch": mismatch, "buffer_stale": stale, "grad_err": grad,
+               "ranks_disagree": int(len(hashes) > 1)}
+    rules = {"buffer_mismatch": equal(0), "buffer_stale": equal(0),
+             "grad_err": lower(rel=10.0, abs=tol / 10), "ranks_disagree": equal(0)}
+    return Verdict("fail" if problems else "pass", metrics, rules, "; ".join(problems),
+                   info={"buffer_divergence_within_step": diverge})
+
+
+def judge_sync_batchnorm(values: dict[int, dict]) -> Verdict:
+    reasons = {v.get("unsupported") for v in values.values()}
+    if reasons != {None}:
+        if None in reasons:
+            return Verdict("error", {}, {}, f"SyncBatchNorm unsupported on some ranks only: "
+                                            f"{sorted(r for r in reasons if r)}")
+        return Verdict("unsupported", {}, {}, f"SyncBatchNorm refused: {sorted(reasons)[0]}")
+    tol = DDP_TOLERANCE["float32"]
+    stats = max(float(v["stats_err"]) for v in values.values())
+    grad = max(float(v["grad_err"]) for v in values.values())
+    problems = []
+    if stats > tol:
+        problems.append(f"SyncBatchNorm running statistics differ from BatchNorm on the full "
+                        f"batch: {stats:.3g} > {tol:g}")
+    if grad > tol:
+        problems.append(f"gradients differ from BatchNorm on the full batch: {grad:.3g} > {tol:g}")
+    return Verdict("fail" if problems else "pass", {"stats_err": stats, "grad_err": grad},
+                   {"stats_err": lower(rel=10.0, abs=tol / 10),
+                    "grad_err": lower(rel=10.0, abs=tol / 10)}, "; ".join(problems))
+
+
+def judge_collective(values: dict[int, dict], size: str, *, op: str, dtype: str) -> Verdict:
+    """One collective at one size, every rank against NumPy."""
+    per_rank = {rank: value[size] for rank, value in values.items()}
+    refused = {r: v["unsupported"] for r, v in per_rank.items() if "unsupported" in v}
+    if refused:
+        if len(refused) != len(per_rank):
+            return Verdict("error", {}, {}, f"{op} {dtype}: refused on ranks {sorted(refused)}"
+                                            f" only: {refused}")
+        return Verdict("unsupported", {}, {}, f"{op} {dtype} n={size}: "
+                                              f"{next(iter(refused.values()))}")
+    err = max(float(v["max_abs_err"]) for v in per_rank.values())
+    bound = max(float(v["bound"]) for v in per_rank.values())
+    excess_rank = max(per_rank, key=lambda r: float(per_rank[r]["excess"]))
+    worst = per_rank[excess_rank]
+    mismatched = sum(int(v.get("mismatched", 0)) for v in per_rank.values())
+    status = "pass" if float(worst["excess"]) <= 0 and mismatched == 0 else "fail"
+    message = ""
+    if status == "fail":
+        allowed = "exact" if bound == 0 else f"within {bound:.3g} (summation bound)"
+        message = (f"{op} {dtype} n={size}: {mismatched} elements over all ranks differ "
+                   f"from NumPy beyond what is allowed ({allowed}); worst on rank "
+                   f"{excess_rank} at index {worst.get('worst_index')}: got "
+                   f"{worst.get('worst_got')}, expected {worst.get('worst_expected')}"
+                   + (f"; shapes {worst['shape']}" if "shape" in worst else ""))
+    return Verdict(status, {"max_abs_err": err, "mismatched": mismatched},
+                   {"max_abs_err": lower(rel=4.0, abs=bound), "mismatched": equal(0)},
+                   message, info={"bound": bound})
+
+
+def judge_barrier(values: dict[int, dict]) -> Verdict:
+    last_in = max(float(v["entered"]) for v in values.values())
+    first_out = min(float(v["left"]) for v in values.values())
+    early = max(0.0, last_in - first_out)
+    status = "pass" if early <= 1e-3 else "fail"
+    return Verdict(status, {"early_exit_s": early}, {"early_exit_s": lower(rel=1.0, abs=1e-3)},
+                   "" if status == "pass" else
+                   f"a rank left the barrier {early * 1e3:.1f} ms before the last rank entered")
+
+
+def judge_sampler(values: dict[int, dict], *, drop_last: bool) -> Verdict:
+    """Shards disjoint and covering; ``set_epoch`` changes the order; ranks agree."""
+    ws = len(values)
+    length = int(values[0]["length"])
+    per_rank = (length // ws) if drop_last else -(-length // ws)
+    epochs = sorted(values[0]["epochs"], key=int)
+    problems = []
+    orders = {}
+    for epoch in epochs:
+        shards = [values[r]["epochs"][epoch] for r in range(ws)]
+        sizes = [len(s) for s in shards]
+        if sizes != [per_rank] * ws:
+            problems.append(f"epoch {epoch}: shard sizes {sizes}, expected {per_rank} each "
+                            f"(length {length}, drop_last={drop_last})")
+        flat = [i for s in shards for i in s]
+        distinct = set(flat)
+        if any(i < 0 or i >= length for i in flat):
+            problems.append(f"epoch {epoch}: indices outside range({length})")
+        if drop_last:
+            if len(distinct) != len(flat):
+                problems.append(f"epoch {epoch}: shards overlap ({len(flat) - len(distinct)} "
+                                "repeated indices; drop_last shards must be disjoint)")
+        else:
+            if distinct != set(range(length)):
+                problems.append(f"epoch {epoch}: shards miss {length - len(distinct)} of "
+                                f"{length} indices")
+            if len(flat) - len(distinct) != per_rank * ws - length:
+                problems.append(f"epoch {epoch}: {len(flat) - len(distinct)} repeated "
+                                f"indices; only the {per_rank * ws - length} padding ones may "
+                                "repeat")
+        # the global order the ranks' shards interleave (shard r = order[r::ws])
+        orders[epoch] = tuple(shards[r][i] for i in range(min(sizes)) for r in range(ws))
+    same = [(a, b) for i, a in enumerate(epochs) for b in epochs[i + 1:] if orders[a] == orders[b]]
+    if same:
+        problems.append(f"set_epoch had no effect: epochs {same} gave the same order")
+    replicas = {(int(v["num_replicas"]), int(v["rank"]) == r) for r, v in values.items()}
+    if replicas != {(ws, True)}:
+        problems.append(f"the sampler read num_replicas/rank wrong: {replicas}")
+    return Verdict("fail" if problems else "pass",
+                   {"problems": len(problems), "same_order_epochs": len(same)},
+                   {"problems": equal(0), "same_order_epochs": equal(0)}, "; ".join(problems))

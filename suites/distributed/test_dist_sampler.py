@@ -1,0 +1,31 @@
+"""DistributedSampler: shards disjoint and covering, ``set_epoch`` reshuffles and every
+rank agrees on the order, ``drop_last`` both ways (ranks from the process group)."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.distributed import Case, SubCheck
+from suites.distributed.conftest import WORLD_SIZES
+from suites.distributed.judge import judge_sampler
+
+pytestmark = pytest.mark.distributed
+
+CHECKS = "suites.distributed.dist_checks"
+
+
+@pytest.mark.parametrize("case", [
+    Case(ws, SubCheck.of(f"{CHECKS}:sampler", name=f"sampler/drop_last={drop}",
+                         drop_last=drop))
+    for ws in WORLD_SIZES for drop in (False, True)], ids=lambda c: c.id)
+def test_distributed_sampler_shards(case, dist, results):
+    drop = case.check.kwargs["drop_last"]
+    record_id = f"distributed/sampler/none/drop_last={drop}/ws{case.world_size}"
+    outcome = dist(case)
+    if not outcome.ok:
+        results.record(record_id, status="error",
+                       message=f"{outcome.problem()}\n{results.reproduce}")
+        return
+    verdict = judge_sampler(outcome.values, drop_last=drop)
+    results.record(record_id, status=verdict.status, metrics=verdict.metrics,
+                   rules=verdict.rules, message=f"{verdict.message}")

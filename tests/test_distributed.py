@@ -1,0 +1,237 @@
+"""The distributed launcher (harness.distributed) and the family's verdicts.
+
+Launches are expensive on a small host (a process and ``import torch`` per rank), so one
+module-scoped launch runs several sub-checks that each misbehave differently, and the
+tests read its outcome.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.device import Device
+from harness.distributed import ROOT, Case, Planner, SubCheck, free_port, launch
+from suites.distributed.judge import judge_collective, judge_ddp, judge_sampler
+
+pytestmark = pytest.mark.distributed
+
+HANG_TIMEOUT = 6.0
+
+
+# ----------------------------------------------------------- checks the ranks run
+
+def returns_rank_info(ctx, factor=1):
+    import torch.distributed as dist
+
+    return {"rank": ctx.rank, "world": dist.get_world_size(), "backend": ctx.backend,
+            "scaled": ctx.rank * factor, "pid": os.getpid()}
+
+
+def raises_on_rank_1(ctx):
+    if ctx.rank == 1:
+        raise ValueError(f"deliberate failure on rank {ctx.rank}")
+    return "fine"
+
+
+def hangs_on_rank_1(ctx):
+    if ctx.rank == 1:
+        time.sleep(3600)
+    return "done"
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def troubled_launch():
+    checks = [SubCheck.of(returns_rank_info, name="info", factor=10),
+              SubCheck.of(raises_on_rank_1), SubCheck.of(hangs_on_rank_1)]
+    start = time.monotonic()
+    result = launch(checks, 2, Device("cpu"), timeout=HANG_TIMEOUT)
+    return result, time.monotonic() - start
+
+
+# -------------------------------------------------------------------------- tests
+
+def test_every_rank_returns_its_value(troubled_launch):
+    result, _ = troubled_launch
+    outcome = result.outcome("info")
+    assert outcome.ok
+    assert {r: (v["rank"], v["world"], v["backend"], v["scaled"])
+            for r, v in outcome.values.items()} == {0: (0, 2, "gloo", 0), 1: (1, 2, "gloo", 10)}
+
+
+def test_rank_exception_comes_back_with_rank_and_traceback(troubled_launch):
+    result, _ = troubled_launch
+    outcome = result.outcome("raises_on_rank_1")
+    assert outcome.values == {0: "fine"}
+    assert list(outcome.errors) == [1]
+    error = outcome.errors[1]
+    assert error.type == "ValueError" and "deliberate failure on rank 1" in error.message
+    assert "raises_on_rank_1" in error.traceback and "Traceback" in error.traceback
+    assert "rank 1 raised ValueError" in outcome.problem()
+
+
+def test_hung_rank_is_reported_by_rank_and_killed(troubled_launch):
+    result, seconds = troubled_launch
+    assert result.timed_out
+    assert result.hung == [1] and result.finished == [0]
+    outcome = result.outcome("hangs_on_rank_1")
+    assert outcome.hung == [1] and outcome.values == {0: "done"}
+    problem = outcome.problem()
+    assert "ranks [1] hung in 'hangs_on_rank_1'" in problem
+    assert "time.sleep" in problem or "hangs_on_rank_1" in problem  # its stack
+    assert seconds < HANG_TIMEOUT + 60  # killed, not waited for the hour
+    with pytest.raises(AssertionError, match="hung"):
+        outcome.raise_if_failed()
+
+
+def test_no_rank_process_outlives_the_launch(troubled_launch):
+    result, _ = troubled_launch
+    pids = [r.pid for r in result.ranks]
+    assert len(pids) == 2 and not [pid for pid in pids if _alive(pid)]
+    assert result.ranks[1].killed and result.ranks[1].exit_code == -signal.SIGKILL
+
+
+def test_free_port_is_bindable_and_differs_per_call():
+    ports = {free_port() for _ in range(5)}
+    assert len(ports) > 1
+    port = ports.pop()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))
+
+
+def test_launch_port_is_released_afterwards(troubled_launch):
+    result, _ = troubled_launch
+    assert 1024 <= result.port <= 65535
+    with socket.socket() as sock:  # nothing (no orphaned TCPStore) still listens on it
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", result.port))
+
+
+def test_ranks_die_when_the_launcher_is_killed(tmp_path):
+    """PR_SET_PDEATHSIG: a launcher killed with SIGKILL leaves no rank behind."""
+    out = tmp_path / "ranks"
+    sleeper = tmp_path / "sleeper.py"
+    sleeper.write_text("import time\n\ndef sleep_forever(ctx):\n    time.sleep(3600)\n")
+    script = tmp_path / "launcher.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(ROOT)!r})
+        from harness.device import Device
+        from harness.distributed import SubCheck, launch
+        check = SubCheck("sleep", "sleeper:sleep_forever", {{}}, {str(sleeper)!r})
+        launch([check], 2, Device("cpu"), timeout=600, out_dir={str(out)!r},
+               port_attempts=1)
+    """))
+    launcher = subprocess.Popen([sys.executable, str(script)], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        pids = []
+        while time.monotonic() < deadline and len(pids) < 2:
+            time.sleep(0.2)
+            pids = [json.loads(p.read_text())["pid"] for p in out.glob("rank?.json")
+                    if p.stat().st_size]
+        assert len(pids) == 2, "the ranks never started"
+        launcher.kill()
+        launcher.wait()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+            time.sleep(0.1)
+        assert not [pid for pid in pids if _alive(pid)], "ranks outlived their launcher"
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+            launcher.wait()
+
+
+def test_planner_runs_all_cases_of_a_world_size_in_one_launch(monkeypatch):
+    launched = []
+
+    def fake_launch(checks, world_size, device, **kwargs):
+        launched.append((world_size, [c.name for c in checks]))
+        from harness.distributed import LaunchResult, RankReport
+
+        reports = [RankReport(r, 0, 0, "finished", None,
+                              {c.name: {"ok": True, "value": c.name} for c in checks})
+                   for r in range(world_size)]
+        return LaunchResult(world_size, "gloo", 1, reports, [c.name for c in checks],
+                            False, 1.0, 0.0, "")
+
+    monkeypatch.setattr("harness.distributed.launch", fake_launch)
+    cases = [Case(ws, SubCheck(name, "m:f")) for ws in (2, 4) for name in ("a", "b")]
+    planner = Planner(Device("cpu"), lambda: cases, timeout=10)
+    assert planner.outcome(cases[0]).values == {0: "a", 1: "a"}
+    assert planner.outcome(cases[1]).values == {0: "b", 1: "b"}
+    assert planner.outcome(cases[3]).values == {r: "b" for r in range(4)}
+    assert launched == [(2, ["a", "b"]), (4, ["a", "b"])]
+
+
+def test_subcheck_refuses_a_nested_function():
+    def local(ctx):
+        return None
+
+    with pytest.raises(ValueError, match="top-level"):
+        SubCheck.of(local)
+
+
+# ------------------------------------------------- the verdicts can fail (no launch)
+
+def _ddp_values(hashes_1, grad=1e-7):
+    return {r: {"grad_err": [grad] * 5, "param_err": [1e-7] * 5, "final_param_err": 1e-7,
+                "param_hash": list(h), "final_hash": h[-1], "steps_run": 5,
+                "unused_grad_max": 0.0}
+            for r, h in enumerate([["a", "b", "c", "d", "e"], hashes_1])}
+
+
+def test_ddp_verdict_fails_when_ranks_disagree_or_grads_drift():
+    same = judge_ddp(_ddp_values(["a", "b", "c", "d", "e"]), dtype="float32",
+                     variant="plain", steps=5, world_size=2)
+    assert same.status == "pass"
+    split = judge_ddp(_ddp_values(["a", "b", "X", "d", "e"]), dtype="float32",
+                      variant="plain", steps=5, world_size=2)
+    assert split.status == "fail" and "after steps [2]" in split.message
+    drift = judge_ddp(_ddp_values(["a", "b", "c", "d", "e"], grad=0.5), dtype="float32",
+                      variant="plain", steps=5, world_size=2)
+    assert drift.status == "fail" and "gradients differ" in drift.message
+
+
+def test_sampler_verdict_fails_when_set_epoch_is_ignored():
+    order = list(range(23))
+    shards = {r: order[r::2] + ([order[0]] if r == 1 else []) for r in range(2)}
+    values = {r: {"length": 23, "num_replicas": 2, "rank": r,
+                  "epochs": {str(e): shards[r] for e in range(3)}} for r in range(2)}
+    verdict = judge_sampler(values, drop_last=False)
+    assert verdict.status == "fail" and "set_epoch had no effect" in verdict.message
+
+
+def test_collective_verdict_fails_beyond_the_bound_and_keeps_unsupported():
+    wrong = {r: {"8": {"max_abs_err": 2.0, "bound": 1e-6, "excess": 2.0, "mismatched": 8,
+                       "worst_index": 3, "worst_got": 4.0, "worst_expected": 2.0}}
+             for r in range(2)}
+    verdict = judge_collective(wrong, "8", op="all_reduce_sum", dtype="float32")
+    assert verdict.status == "fail" and "16 elements" in verdict.message
+    refused = {r: {"8": {"unsupported": "RuntimeError: no bf16"}} for r in range(2)}
+    assert judge_collective(refused, "8", op="all_reduce_sum",
+                            dtype="bfloat16").status == "unsupported"
+
+
+def test_docs_show_the_torchrun_entry_point():
+    text = (Path(ROOT) / "docs" / "distributed.md").read_text()
+    assert "--node-rank" in text and "-m harness.distributed" in text
