@@ -380,13 +380,18 @@ def checkpointed(model: torch.nn.Module, mode: str) -> Iterator[torch.nn.Module]
                                    preserve_rng_state=True)
         return forward
 
+    missing = object()
+    saved = [vars(block).get("forward", missing) for block in blocks]
     for block in blocks:
         block.forward = wrap(block.forward)
     try:
         yield model
     finally:
-        for block in blocks:
-            del block.forward  # the instance attribute; the class's forward is back
+        for block, before in zip(blocks, saved):
+            if before is missing:
+                del block.forward  # the class's forward is back
+            else:
+                block.forward = before
 
 
 def train_step(device, model: torch.nn.Module, optimizer: torch.optim.Optimizer,

@@ -222,6 +222,20 @@ def test_checkpoint_fault_removes_the_saving(cpu):
     assert faulty == peaks["none"]
 
 
+def test_checkpointed_wraps_blocks_and_restores_their_forward():
+    model = models.DeepMLP(width=8, depth=3, in_features=8)
+    block = model.blocks()[0]
+    marker = block.forward  # an instance attribute someone else set
+    block.forward = marker
+    with memory.checkpointed(model, "reentrant"):
+        assert block.forward is not marker
+        assert all("forward" in vars(b) for b in model.blocks())
+    assert block.forward is marker and "forward" not in vars(model.blocks()[1])
+    with pytest.raises(ValueError, match="unknown checkpoint mode"):
+        with memory.checkpointed(model, "sometimes"):
+            pass
+
+
 # ------------------------------------------------------------ allocator back end
 
 class _FakeAllocator:
