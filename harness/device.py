@@ -308,6 +308,11 @@ class Device:
         if self.module is not None and hasattr(self.module, "set_device"):
             self.module.set_device(self.index)
 
+    @staticmethod
+    def in_scope() -> bool:
+        """Whether this thread is inside a DUT scope (Note [DUT scope])."""
+        return getattr(_scope_state, "depth", 0) > 0
+
     @contextlib.contextmanager
     def scope(self) -> Iterator[Device]:
         """The DUT scope (Note [DUT scope]): re-entrant; activates injected faults."""

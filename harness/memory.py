@@ -52,8 +52,6 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from harness import device as device_mod
-
 # ------------------------------------------------------------------------- tracker
 
 
@@ -193,7 +191,7 @@ class MemoryMeter:
         if self._active:
             raise RuntimeError("MemoryMeter is not re-entrant; make a new one")
         if self.backend == "tracker":
-            if getattr(device_mod._scope_state, "depth", 0):
+            if self.device.in_scope():
                 raise RuntimeError(
                     "MemoryMeter: enter the meter outside device.scope(), not inside it: the "
                     "tracker must sit below injected faults' dispatch modes to see what they "
