@@ -40,9 +40,6 @@ class TinyCNN(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.fc = nn.Linear(widths[1] * 16, num_classes)
 
-    def blocks(self) -> Sequence[nn.Module]:
-        return [self]
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = torch.relu(self.bn1(self.conv1(x)))
         x = torch.relu(self.bn2(self.conv2(x)))

@@ -129,3 +129,10 @@ def test_capture_handles_modules_without_float_outputs(cpu):
 
     report = localize.localize(Model, (torch.randn(2, 4), torch.tensor([0, 1])), cpu)
     assert [d.name for d in report.forward] == ["fc"] and report.ok
+
+
+def test_running_var_fault_leaves_train_mode_outputs_and_backward_intact(cpu):
+    # the biased-variance fault changes only the running buffer: a train-mode comparison
+    # (batch statistics) must stay clean and the backward must still run
+    faults.set_active(["training.bn_running_var_biased"])
+    assert _report(cpu, model="tinycnn", batch_size=4).ok

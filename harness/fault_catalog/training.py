@@ -45,8 +45,9 @@ def _bn_biased_running_var(original):
         out = original(input, running_mean, running_var, weight, bias, training, momentum, eps)
         dims = [d for d in range(input.dim()) if d != 1]
         biased = input.detach().to(running_var.dtype).var(dim=dims, unbiased=False)
-        with torch.no_grad():
-            running_var.copy_((1 - momentum) * old + momentum * biased)
+        # through .data: the kernel saved running_var for backward, and a visible in-place
+        # write would bump its version counter (autograd would refuse the backward)
+        running_var.data.copy_((1 - momentum) * old + momentum * biased)
         return out
     return batch_norm
 
@@ -113,12 +114,23 @@ ADAM_STATE_BF16 = patch_attr(
 
 # ------------------------------------------------------------------------ autocast
 
+def _autocast_dtype(device_type: str):
+    """The active autocast dtype for a device type, or None (torch >= 2.4 API first)."""
+    try:
+        if not torch.is_autocast_enabled(device_type):
+            return None
+        return torch.get_autocast_dtype(device_type)
+    except (TypeError, AttributeError):  # older torch: per-backend functions
+        if device_type == "cpu":
+            return torch.get_autocast_cpu_dtype() if torch.is_autocast_cpu_enabled() else None
+        return torch.get_autocast_gpu_dtype() if torch.is_autocast_enabled() else None
+
+
 def _in_low_precision(original):
     def op(input, *args, **kwargs):  # noqa: A002 - mirrors torch's signature
-        device_type = input.device.type
-        if isinstance(input, torch.Tensor) and torch.is_autocast_enabled(device_type):
-            low = torch.get_autocast_dtype(device_type)
-            with torch.autocast(device_type, enabled=False):
+        low = _autocast_dtype(input.device.type) if isinstance(input, torch.Tensor) else None
+        if low is not None:
+            with torch.autocast(input.device.type, enabled=False):
                 return original(input.to(low), *args, **kwargs)
         return original(input, *args, **kwargs)
     return op

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harness import training
+from harness import localize, training
 from harness.results import equal, lower
 
 
@@ -181,6 +181,8 @@ def test_overflow_skip_rate(device, results, settings, init_scale):
     skipped = len(run.skipped)
     final = run.scales[-1] if run.scales else float("nan")
     ok = skipped <= steps // 2 and math.isfinite(run.losses[-1])
+    report = "" if ok else "\n" + localize.safe_report_text(
+        spec.model, device, amp_dtype=torch.float16, seed=spec.seed, scale=spec.scale)
     results.record(
         f"amp/grad_scaler/float16/skip_rate/{spec.model}-{spec.scale}/"
         f"init=2^{int(math.log2(init_scale))}", status="pass" if ok else "fail",
@@ -191,4 +193,4 @@ def test_overflow_skip_rate(device, results, settings, init_scale):
         message=f"init_scale 2^{int(math.log2(init_scale))}: {skipped} of {steps} steps "
                 f"skipped (more than half), final scale {final}, last loss "
                 f"{run.losses[-1]:.4g}; a scaler that never backs off keeps skipping"
-                f"\n{results.reproduce}")
+                f"\n{results.reproduce}{report}")

@@ -10,8 +10,7 @@ from harness.results import equal, lower
 
 MODELS = ["simplecnn", "resnet", "transformer"]
 DTYPES = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
-# CPU fp16 kernels are slow reference kernels: fp16 only on the cheap models here
-CASES = [(m, d) for m in MODELS for d in DTYPES if not (d == "float16" and m == "simplecnn")]
+CASES = [(m, d) for m in MODELS for d in DTYPES]
 
 
 @pytest.mark.parametrize("model,dtype", CASES, ids=[f"{m}-{d}" for m, d in CASES])
