@@ -154,8 +154,9 @@ class Report:
         tol = self.tolerance
         lines = [f"divergence finder: {self.model} on {self.device} ({self.dtype}, "
                  f"{'train' if self.train else 'eval'} mode, seed {self.seed}) vs CPU fp32; "
-                 f"tolerance rel_err <= max({tol.rel:g}, {tol.ratio:g} x CPU same-dtype "
-                 f"error), cosine >= {tol.cosine:g}",
+                 + (f"tolerance rel_err <= {tol.rel:g}" if self.dtype == "float32" else
+                    f"tolerance rel_err <= max({tol.rel:g}, {tol.ratio:g} x CPU same-dtype "
+                    "error)") + f", cosine >= {tol.cosine:g}",
                  f"loss: DUT {self.loss_dut:.6g}, reference {self.loss_ref:.6g}"]
         if self.unmatched:
             lines.append(f"layers seen on one side only: {', '.join(self.unmatched)}")
