@@ -125,12 +125,6 @@ def _cmd_faults(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def _cmd_localize(args: argparse.Namespace) -> int:
-    from harness import localize
-
-    return localize.main(args.rest)
-
-
 # ------------------------------------------------------------------------------ main
 
 def build_parser() -> argparse.ArgumentParser:
@@ -169,14 +163,18 @@ def build_parser() -> argparse.ArgumentParser:
                         help="Kill one run after this long. Default: 900")
     faults.set_defaults(func=_cmd_faults)
 
-    localize = sub.add_parser("localize", help="Find the first layer where DUT and CPU diverge",
-                              add_help=False)
-    localize.add_argument("rest", nargs=argparse.REMAINDER)
-    localize.set_defaults(func=_cmd_localize)
+    # dispatched in main() to harness.localize's own parser; listed here for --help
+    sub.add_parser("localize", help="Find the first layer where DUT and CPU diverge "
+                   "(python -m harness localize --help)")
     return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "localize":  # its own parser: options may come first
+        from harness import localize
+
+        return int(localize.main(argv[1:]) or 0)
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "baseline":
