@@ -85,17 +85,14 @@ class Outcome:
 # --------------------------------------------------------------------------- helpers
 
 def _labelled(out: Any) -> list[tuple[str, Optional[torch.Tensor]]]:
-    """An op's result as (label, tensor) pairs: ``out``, ``out0``..., or named fields."""
+    """An op's result as (label, tensor) pairs: ``out``, or ``out0``, ``out1``... by position."""
     if isinstance(out, torch.Tensor):
         return [("out", out)]
     if isinstance(out, (tuple, list)):
-        fields = getattr(out, "_fields", None) or getattr(type(out), "n_fields", None)
-        names = list(fields) if isinstance(fields, (tuple, list)) else None
-        pairs = []
-        for index, item in enumerate(out):
-            if isinstance(item, torch.Tensor) or item is None:
-                pairs.append((names[index] if names else f"out{index}", item))
-        return pairs
+        # by position, not by field name: torch.return_types expose their names only on
+        # some Python versions, and metric names must not change with the interpreter
+        return [(f"out{index}", item) for index, item in enumerate(out)
+                if isinstance(item, torch.Tensor) or item is None]
     raise TypeError(f"op returned {type(out).__name__}, expected a tensor or a tuple of them")
 
 
