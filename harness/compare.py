@@ -41,12 +41,15 @@ not correctly rounded on the CPU; an fp16 gradient ``1 - tanh(x)^2`` cancels to 
 cosine with the fp32 reference is 0), a DUT that does no worse than the CPU passes: the
 absolute standard allows each element the larger of its threshold and the low-precision
 reference's error there, and the cosine floor accepts a cosine not below the low-precision
-reference's. Without a low-precision reference the bars are absolute.
+reference's, and a NaN/Inf where the low-precision reference has the same one is not a
+mismatch (an fp16 ``exp`` that overflows forward makes its gradient inf too, although the
+true gradient is representable). Without a low-precision reference the bars are
+absolute.
 
 Note [Non-finite values]
 ~~~~~~~~~~~~~~~~~~~~~~~~
 The DUT may produce NaN/Inf exactly where the reference *rounded to the DUT's dtype*
-does (an fp16 ``exp(12)`` is inf although the fp32 reference is finite), with the same
+does (or where the CPU in the DUT's dtype does, Note [CPU's own error]) (an fp16 ``exp(12)`` is inf although the fp32 reference is finite), with the same
 sign for infinities; anywhere else a non-finite value, or a finite value where the
 reference has NaN/Inf, is a mismatch and fails every standard. Errors are measured over
 the positions where both are finite.
@@ -301,6 +304,9 @@ def _float(dut: torch.Tensor, ref: torch.Tensor, lowp: Optional[torch.Tensor],
     r_cast = ref.to(dtype).double().reshape(-1)  # Note [Non-finite values]
     dclass, rclass = _classes(d), _classes(r_cast)
     nonfinite_bad = dclass != rclass
+    if lowp is not None and lowp.shape == dut.shape:  # Note [CPU's own error]
+        lclass = _classes(lowp.double().reshape(-1))
+        nonfinite_bad &= dclass != lclass
     nan_inf = int(nonfinite_bad.sum())
     finite = (dclass == 0) & (rclass == 0) & torch.isfinite(r)
     want_ulp = standard == "ulp"

@@ -228,6 +228,15 @@ def test_infinity_signs_must_agree():
                                standard="absolute").passed
 
 
+def test_inf_is_allowed_where_the_cpu_in_the_same_dtype_has_it_too():
+    ref = torch.tensor([60000.0, 1.0])    # a representable gradient ...
+    cpu = torch.tensor([float("inf"), 1.0], dtype=torch.float16)  # ... the fp16 CPU overflows
+    assert compare_outputs(cpu.clone(), ref, cpu, standard="relative").passed
+    assert not compare_outputs(cpu.clone(), ref, None, standard="relative").passed
+    finite_cpu = torch.tensor([60000.0, 1.0], dtype=torch.float16)
+    assert not compare_outputs(cpu.clone(), ref, finite_cpu, standard="relative").passed
+
+
 def test_overflow_of_the_dut_dtype_is_allowed_where_the_rounded_reference_overflows():
     ref = torch.tensor([1e5, 1.0])          # finite in fp32, inf in fp16
     dut = ref.half()
