@@ -177,3 +177,37 @@ def test_dropout_judge_fails_a_wrong_scale():
 
     out = run_case(CPU, _dropout_entry(unscaled), "float32", DROPOUT_SAMPLE)
     assert out[0].status == "fail" and "1/(1-p)" in out[0].message()
+
+
+# ------------------------------------------------------------------- the suite, end to end
+
+def test_op_filter_runs_and_records_exactly_one_case(tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         "suites/ops/test_catalog.py", "--op-filter", filter_regex("exp-float16-bwd-odd257"),
+         "--baseline", "off", "--results-dir", str(tmp_path)],
+        cwd=root, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    (results_file,) = tmp_path.glob("*.json")
+    records = json.loads(results_file.read_text())["records"]
+    ops = {k: v for k, v in records.items() if k.startswith("ops/exp/")}
+    assert list(ops) == ["ops/exp/float16/bwd/odd257"]
+    record = ops["ops/exp/float16/bwd/odd257"]
+    assert record["status"] == "pass"
+    assert record["rules"]["max_rel_err"]["rel"] == 2.0
+    assert {"max_rel_err", "ref_max_rel_err", "cosine", "nan_inf_mismatch"} <= set(record["metrics"])
+
+
+def test_runner_reports_only_the_requested_direction():
+    entry = BY_NAME["exp"]
+    only_bwd = run_case(CPU, entry, "float16", _sample(entry, "typical"), directions=("bwd",))
+    assert [o.direction for o in only_bwd] == ["bwd"] and only_bwd[0].status == "pass"
+    drop = BY_NAME["dropout"]
+    only_bwd = run_case(CPU, drop, "float32", drop.samples[0], directions=("bwd",))
+    assert [o.direction for o in only_bwd] == ["bwd"] and only_bwd[0].status == "pass"

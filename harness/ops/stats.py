@@ -86,12 +86,10 @@ def dropout_judge(feature_dims: int = 0):
                                "nan_inf_mismatch")}}
         rules = {k: r for k, r in verdict.rules.items() if k in metrics}
         rules["mask_units"] = lower(1.0, 0.0)
-        fwd = outcomes["fwd"]
-        fwd.verdicts["out"] = Verdict(not problems, metrics, rules, "\n".join(problems))
-        if not problems:
-            fwd.status = "pass"
-        else:
-            fwd.status = "fail"
+        if "fwd" in outcomes:
+            fwd = outcomes["fwd"]
+            fwd.verdicts["out"] = Verdict(not problems, metrics, rules, "\n".join(problems))
+            fwd.status = "fail" if problems else "pass"
         if backward:
             bwd = outcomes["bwd"]
             ref_g = grad_out.to(up) * mask * scale_up
