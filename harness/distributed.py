@@ -448,8 +448,16 @@ def _watch(procs: list[subprocess.Popen], out: Path, timeout: float,
     last_key = _progress_key(out, len(procs))
     last_progress = time.monotonic()
     started = False
-    while any(proc.poll() is None for proc in procs):
+    while [proc.poll() for proc in procs].count(None):  # poll every one: returncodes
         time.sleep(0.05)
+        for rank, proc in enumerate(procs):
+            if proc.returncode not in (None, 0):
+                data = _read_json(out / f"rank{rank}.json") or {}
+                if data.get("state") != "finished":  # died: its peers would wait forever
+                    time.sleep(1.0)  # let the others write what they finished
+                    where = f" in {data['current']!r}" if data.get("current") else ""
+                    return (f"rank {rank} died (exit code {proc.returncode}, state "
+                            f"{data.get('state', 'missing')}){where}; the others were stopped")
         key = _progress_key(out, len(procs))
         if key != last_key:
             last_key, last_progress = key, time.monotonic()

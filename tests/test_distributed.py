@@ -49,6 +49,13 @@ def hangs_on_rank_1(ctx):
     return "done"
 
 
+def dies_on_rank_1(ctx):
+    if ctx.rank == 1:
+        os._exit(3)  # a segfault-like death: no exception, no results
+    time.sleep(3600)  # rank 0 would wait for ever (as in a collective with the dead rank)
+    return "unreachable"
+
+
 def _alive(pid: int) -> bool:
     """True while ``pid`` exists and is not a zombie."""
     try:
@@ -96,7 +103,7 @@ def test_hung_rank_is_reported_by_rank_and_killed(troubled_launch):
     assert outcome.hung == [1] and outcome.values == {0: "done"}
     problem = outcome.problem()
     assert "ranks [1] hung in 'hangs_on_rank_1'" in problem
-    assert "time.sleep" in problem or "hangs_on_rank_1" in problem  # its stack
+    assert "rank 1 stack when killed" in problem and "in hangs_on_rank_1" in problem
     assert seconds < HANG_TIMEOUT + 60  # killed, not waited for the hour
     with pytest.raises(AssertionError, match="hung"):
         outcome.raise_if_failed()
@@ -107,6 +114,16 @@ def test_no_rank_process_outlives_the_launch(troubled_launch):
     pids = [r.pid for r in result.ranks]
     assert len(pids) == 2 and not [pid for pid in pids if _alive(pid)]
     assert result.ranks[1].killed and result.ranks[1].exit_code == -signal.SIGKILL
+
+
+def test_dead_rank_is_reported_and_its_peers_stopped_at_once():
+    start = time.monotonic()
+    result = launch([SubCheck.of(dies_on_rank_1)], 2, Device("cpu"), timeout=300)
+    assert time.monotonic() - start < 120  # not the 300 s timeout
+    outcome = result.outcome("dies_on_rank_1")
+    assert outcome.errors[1].type == "RankDied" and "exit code 3" in outcome.errors[1].message
+    assert "rank 1 died (exit code 3" in result.why and result.ranks[0].killed
+    assert not [r.pid for r in result.ranks if _alive(r.pid)]
 
 
 def test_free_port_is_bindable_and_differs_per_call():
