@@ -675,6 +675,7 @@ def run_rank(checks: Sequence[SubCheck], out: Union[str, Path], *, device_type: 
         result["seconds"] = round(time.perf_counter() - began, 3)
         writer.data["results"][check.name] = result
         writer.update(current=None)
+    writer.update(state="finished")
     if gather:
         gathered: list = [None] * world_size
         dist.all_gather_object(gathered, writer.data)
@@ -682,7 +683,6 @@ def run_rank(checks: Sequence[SubCheck], out: Union[str, Path], *, device_type: 
             summary = {"world_size": world_size, "backend": backend, "ranks": gathered}
             (out / "summary.json").write_text(json.dumps(summary, indent=1))
             print(format_summary(summary), flush=True)
-    writer.update(state="finished")
     with contextlib.suppress(Exception):
         dist.destroy_process_group()
     return 0 if all_ok else 1

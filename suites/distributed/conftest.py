@@ -12,8 +12,6 @@ import pytest
 
 from harness.distributed import Case, Planner
 
-WORLD_SIZES = (2, 4)
-
 
 def _selected_cases(session: pytest.Session) -> list[Case]:
     cases = []

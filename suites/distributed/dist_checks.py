@@ -44,6 +44,7 @@ UNSUPPORTED = re.compile(r"not supported|unsupported|not implemented|does not su
                          r"expected input tensor to be on",
                          re.IGNORECASE)
 
+WORLD_SIZES = (2, 4)  # on accelerators, those within the device count
 COLLECTIVE_SIZES = (1, 1000, 1 << 20)  # one element .. past a 1 MiB-ish bucket
 
 

@@ -12,8 +12,7 @@ from __future__ import annotations
 import pytest
 
 from harness.distributed import Case, SubCheck
-from suites.distributed.conftest import WORLD_SIZES
-from suites.distributed.dist_checks import COLLECTIVE_OPS, COLLECTIVE_SIZES
+from suites.distributed.dist_checks import COLLECTIVE_OPS, COLLECTIVE_SIZES, WORLD_SIZES
 from suites.distributed.judge import judge_barrier, judge_collective
 
 pytestmark = pytest.mark.distributed

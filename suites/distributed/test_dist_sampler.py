@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from harness.distributed import Case, SubCheck
-from suites.distributed.conftest import WORLD_SIZES
+from suites.distributed.dist_checks import WORLD_SIZES
 from suites.distributed.judge import judge_sampler
 
 pytestmark = pytest.mark.distributed
