@@ -252,3 +252,24 @@ def test_collective_verdict_fails_beyond_the_bound_and_keeps_unsupported():
 def test_docs_show_the_torchrun_entry_point():
     text = (Path(ROOT) / "docs" / "distributed.md").read_text()
     assert "--node-rank" in text and "-m harness.distributed" in text
+
+
+def test_a_port_taken_before_the_ranks_bind_it_is_retried(monkeypatch):
+    """Another process may take the chosen port before rank 0 binds it: one retry."""
+    import harness.distributed as hd
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    busy = taken.getsockname()[1]
+    ports = [busy]
+    real_free_port = hd.free_port
+    monkeypatch.setattr(hd, "free_port", lambda host="127.0.0.1": ports.pop() if ports
+                        else real_free_port(host))
+    try:
+        result = launch([SubCheck.of(returns_rank_info, name="info")], 2, Device("cpu"),
+                        timeout=60)
+    finally:
+        taken.close()
+    assert result.outcome("info").ok, result.summary()
+    assert Path(result.out_dir).name == "launch1" and result.port != busy  # second attempt
