@@ -683,8 +683,11 @@ def run_rank(checks: Sequence[SubCheck], out: Union[str, Path], *, device_type: 
             summary = {"world_size": world_size, "backend": backend, "ranks": gathered}
             (out / "summary.json").write_text(json.dumps(summary, indent=1))
             print(format_summary(summary), flush=True)
-    with contextlib.suppress(Exception):
-        dist.destroy_process_group()
+        dist.barrier()  # nobody leaves while a peer still needs its half of the gather
+    # Note [Rank exit]: no destroy_process_group: a rank tearing gloo down while a peer
+    # is still shutting down sometimes aborts in C++ ("terminate called without an
+    # active exception", SIGABRT) after every result was written; main() leaves with
+    # os._exit once the files are flushed, so the exit code is the checks' verdict.
     return 0 if all_ok else 1
 
 
@@ -781,4 +784,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # Note [Rank exit]
