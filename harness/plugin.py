@@ -371,6 +371,12 @@ class Recorder:
         return rec
 
 
+def settings_of(config: pytest.Config) -> Optional[Settings]:
+    """The run's Settings at collection time (``pytest_generate_tests``), before fixtures."""
+    state = config.stash.get(STATE, None)
+    return state.settings if state is not None else None
+
+
 @pytest.fixture(scope="session")
 def harness_state(pytestconfig: pytest.Config) -> RunState:
     return pytestconfig.stash[STATE]

@@ -16,7 +16,7 @@ other record.
 import pytest
 
 from harness import opinfo
-from harness.plugin import STATE
+from harness.plugin import settings_of
 
 OP_DB, WHY_NOT = opinfo.load_op_db()
 SLICE, REST = opinfo.slice_and_rest(opinfo.cases(OP_DB) if OP_DB is not None else [])
@@ -29,13 +29,13 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("case", [pytest.param(None, marks=pytest.mark.skip(
             reason=WHY_NOT))], ids=["op_db-unavailable"])
         return
-    state = metafunc.config.stash.get(STATE, None)
+    settings = settings_of(metafunc.config)
     slow = metafunc.function.__name__ == "test_opinfo_sweep"
-    if slow and state is not None and not state.settings.run_slow:
+    if slow and settings is not None and not settings.run_slow:
         # One skipped item (and one record) instead of ~1,700 when the sweep is off.
         metafunc.parametrize("case", [None], ids=["not-selected"])
         return
-    op_filter = state.settings.op_filter if state is not None else None
+    op_filter = settings.op_filter if settings is not None else None
     chosen = opinfo.select(REST if slow else SLICE, op_filter)
     metafunc.parametrize("case", chosen, ids=[c.param_id for c in chosen])
 
