@@ -16,3 +16,13 @@ def fingerprint():
     """A CPU fingerprint as the plugin would build it (no probing)."""
     return {"device_type": "cpu", "device_name": "Test CPU", "device_slug": "x86-64-avx2",
             "stack_id": "torch-2.4.0", "torch": "2.4.0", "device_count": 1}
+
+
+@pytest.fixture(autouse=True)
+def _isolated_fallback_memory(monkeypatch):
+    """harness.fallback remembers, per process, the ops seen falling back to the CPU; a
+    test that fakes a fallback warning must not leave them to the conformance run that
+    follows in the same process (they would turn green cases into ``fallback``)."""
+    from harness import fallback
+
+    monkeypatch.setattr(fallback, "KNOWN", set())
