@@ -574,9 +574,15 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
             tr.write_line(f"{len(found)} {kind}(s):", bold=True, **colour)
             for finding in found:
                 tr.write_line(f"  {finding.message}")
-    counts = ", ".join(f"{len(by_kind.get(k, []))} {k}" for k in ("new", "missing"))
-    tr.write_line(f"{len(state.run.records)} records; vs baseline: "
-                  f"{len(by_kind.get('regression', []))} regression, "
-                  f"{len(by_kind.get('improvement', []))} improvement, {counts}")
+    selection = state.selection
+    if selection is not None and selection.results is not None:
+        counts = ", ".join(f"{len(by_kind.get(k, []))} {k}"
+                           for k in ("regression", "improvement", "new", "missing"))
+        tr.write_line(f"{len(state.run.records)} records; vs baseline {selection.stack_id}: "
+                      f"{counts}")
+    else:
+        why = "--baseline " + state.settings.baseline_mode if selection is None else (
+            selection.error or selection.reason)
+        tr.write_line(f"{len(state.run.records)} records; not compared ({why})")
     for line in state.written:
         tr.write_line(line)

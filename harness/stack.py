@@ -183,6 +183,7 @@ def fingerprint(device) -> dict:
         "cuda_runtime": torch.version.cuda,
         "cpu": cpu_model_name(),
         "cpu_capability": cpu_capability(),
+        "cpu_threads": torch.get_num_threads(),
         "arch": platform.machine(),
         "os": f"{platform.system()} {platform.release()}",
         "host": socket.gethostname(),
@@ -224,9 +225,13 @@ def slugify(text: str) -> str:
 def device_slug(info: dict) -> str:
     """The folder under ``baselines/<type>/`` for this device model.
 
-    For the CPU it is the architecture and the SIMD level torch dispatches to
-    (``x86_64-avx512``), since kernels and their rounding differ by it, not by model.
+    For the CPU it is the architecture, the SIMD level torch dispatches to and the number
+    of intra-op threads (``x86-64-avx512-t2``): kernels and their rounding differ by the
+    SIMD level, and parallel reductions (conv and norm backward) sum in an order that
+    depends on the thread count, so fp32 errors of a few ULP move with it.
     """
     if info["device_type"] == "cpu":
-        return slugify(f"{info['arch']}-{info['cpu_capability']}")
+        threads = info.get("cpu_threads")
+        suffix = f"-t{threads}" if threads else ""
+        return slugify(f"{info['arch']}-{info['cpu_capability']}{suffix}")
     return slugify(info["device_name"])
