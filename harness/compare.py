@@ -161,7 +161,7 @@ def ulp(reference: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.ldexp(torch.ones_like(reference), exponent - limits.mantissa_bits)
 
 
-def _classes(values: torch.Tensor) -> torch.Tensor:
+def nonfinite_classes(values: torch.Tensor) -> torch.Tensor:
     """0 finite, 1 NaN, 2 +inf, 3 -inf (Note [Non-finite values])."""
     out = torch.zeros(values.shape, dtype=torch.int8)
     out[torch.isnan(values)] = 1
@@ -269,7 +269,7 @@ def _exact(dut: torch.Tensor, ref: torch.Tensor, standard: str) -> Verdict:
     if dut.is_floating_point() or ref.is_floating_point():
         d, r = dut.double(), ref.double()
         same = (d == r) | (torch.isnan(d) & torch.isnan(r))
-        nan_inf = int((_classes(d) != _classes(r)).sum()) if numel else 0
+        nan_inf = int((nonfinite_classes(d) != nonfinite_classes(r)).sum()) if numel else 0
     else:
         d, r = dut.to(torch.int64), ref.to(torch.int64)
         same = d == r
@@ -302,10 +302,10 @@ def _float(dut: torch.Tensor, ref: torch.Tensor, lowp: Optional[torch.Tensor],
     d = dut.double().reshape(-1)
     r = ref.double().reshape(-1)
     r_cast = ref.to(dtype).double().reshape(-1)  # Note [Non-finite values]
-    dclass, rclass = _classes(d), _classes(r_cast)
+    dclass, rclass = nonfinite_classes(d), nonfinite_classes(r_cast)
     nonfinite_bad = dclass != rclass
     if lowp is not None and lowp.shape == dut.shape:  # Note [CPU's own error]
-        lclass = _classes(lowp.double().reshape(-1))
+        lclass = nonfinite_classes(lowp.double().reshape(-1))
         nonfinite_bad &= dclass != lclass
     nan_inf = int(nonfinite_bad.sum())
     finite = (dclass == 0) & (rclass == 0) & torch.isfinite(r)

@@ -29,6 +29,8 @@ from typing import Callable, Optional
 import torch
 import torch.nn.functional as F  # noqa: N812 - torch's own convention
 
+from harness.compare import nonfinite_classes
+
 CLASS_NAMES = ("finite", "nan", "+inf", "-inf")
 
 
@@ -43,15 +45,6 @@ def specials(dtype: torch.dtype) -> list[float]:
               math.sqrt(big), -math.sqrt(big), overflow_exp, -overflow_exp,
               overflow_exp + 1.0, -overflow_exp - 1.0, 1.0, -1.0]
     return [float(torch.tensor(v, dtype=torch.float64).to(dtype).double()) for v in values]
-
-
-def classes(values: torch.Tensor) -> torch.Tensor:
-    """0 finite, 1 NaN, 2 +inf, 3 -inf (per element)."""
-    out = torch.zeros(values.shape, dtype=torch.int8)
-    out[torch.isnan(values)] = 1
-    out[values == math.inf] = 2
-    out[values == -math.inf] = 3
-    return out
 
 
 def upcast(dtype: torch.dtype) -> torch.dtype:
@@ -175,7 +168,8 @@ def check(op: EdgeOp, example: Example, device, dtype: torch.dtype) -> Agreement
     if dut.shape != lowp.shape or dut.dtype != lowp.dtype:
         return Agreement(1, lowp.numel(), f"{op.name}: DUT output {tuple(dut.shape)} "
                          f"{dut.dtype} vs reference {tuple(lowp.shape)} {lowp.dtype}")
-    got, want_ref, want_cpu = classes(dut), classes(ref_rounded), classes(lowp)
+    got, want_ref, want_cpu = (nonfinite_classes(dut), nonfinite_classes(ref_rounded),
+                               nonfinite_classes(lowp))
     bad = (got != want_ref) & (got != want_cpu)
     mismatched = int(bad.sum())
     if not mismatched:

@@ -26,3 +26,21 @@ def _isolated_fallback_memory(monkeypatch):
     from harness import fallback
 
     monkeypatch.setattr(fallback, "KNOWN", set())
+
+
+@pytest.fixture
+def cpu():
+    """The CPU as a device under test."""
+    from harness.device import Device
+
+    return Device("cpu")
+
+
+@pytest.fixture(autouse=True)
+def _faults_restored():
+    """Tests that activate faults must not leave them active for the tests after them."""
+    from harness import faults
+
+    before = [fault.name for fault in faults.active()]
+    yield
+    faults.set_active(before)

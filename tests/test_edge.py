@@ -6,13 +6,8 @@ import pytest
 import torch
 
 from harness import edge, faults
-from harness.device import Device
+from harness.compare import nonfinite_classes
 from harness.fault_catalog.opinfo import EXP_INF_NAN
-
-
-@pytest.fixture
-def cpu():
-    return Device("cpu")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
@@ -31,7 +26,7 @@ def test_specials_cover_the_edge_values_of_each_dtype(dtype):
 
 def test_classes_tell_finite_nan_and_signed_inf_apart():
     x = torch.tensor([1.0, math.nan, math.inf, -math.inf, 0.0])
-    assert edge.classes(x).tolist() == [0, 1, 2, 3, 0]
+    assert nonfinite_classes(x).tolist() == [0, 1, 2, 3, 0]
 
 
 def test_overflow_of_the_dtype_is_not_a_mismatch(cpu):

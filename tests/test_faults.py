@@ -6,18 +6,6 @@ import pytest
 import torch
 
 from harness import faults
-from harness.device import Device
-
-
-@pytest.fixture
-def cpu():
-    return Device("cpu")
-
-
-@pytest.fixture(autouse=True)
-def no_faults_after():
-    yield
-    faults.set_active([])
 
 
 def test_registry_has_the_example_faults_with_checks():

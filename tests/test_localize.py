@@ -5,18 +5,6 @@ import torch
 from torch import nn
 
 from harness import data, faults, localize, training
-from harness.device import Device
-
-
-@pytest.fixture
-def cpu():
-    return Device("cpu")
-
-
-@pytest.fixture(autouse=True)
-def no_faults_after():
-    yield
-    faults.set_active([])
 
 
 def _report(cpu, model="simplecnn", **kwargs):

@@ -10,15 +10,8 @@ from harness.device import Device
 F32 = 4
 
 
-@pytest.fixture
-def cpu():
-    return Device("cpu")
 
 
-@pytest.fixture(autouse=True)
-def no_faults_after():
-    yield
-    faults.set_active([])
 
 
 # ------------------------------------------------------------ analytic peaks (exact)

@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from harness import faults, opinfo, regress
-from harness.device import Device
 from harness.fault_catalog.opinfo import CUMSUM_UNSUPPORTED, SORT_FALLBACK
 from harness.results import Record
 
@@ -23,9 +22,6 @@ def op_db():
     return db
 
 
-@pytest.fixture
-def cpu():
-    return Device("cpu")
 
 
 def _case(key, dtype="float32"):

@@ -4,13 +4,6 @@ import pytest
 import torch
 
 from harness import training
-from harness.device import Device
-
-
-@pytest.fixture
-def cpu():
-    return Device("cpu")
-
 
 SHORT = training.spec_for("small", steps=12, n_train=128, n_test=64, window=4)
 
