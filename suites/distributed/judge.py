@@ -28,6 +28,13 @@ class Verdict:
     info: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
+def record_verdict(results, record_id: str, verdict: Verdict) -> None:
+    """Record a verdict; its failure message ends with the reproduce command."""
+    results.record(record_id, status=verdict.status, metrics=verdict.metrics,
+                   rules=verdict.rules, info=verdict.info,
+                   message=f"{verdict.message}\n{results.reproduce}")
+
+
 def _worst(values: dict[int, dict], key: str) -> tuple[float, Optional[int], Optional[int]]:
     """(max over ranks and steps of values[rank][key], rank, step) for a per-step list."""
     worst, where_rank, where_step = 0.0, None, None

@@ -13,7 +13,7 @@ import pytest
 
 from harness.distributed import Case, SubCheck
 from suites.distributed.dist_checks import COLLECTIVE_OPS, COLLECTIVE_SIZES, WORLD_SIZES
-from suites.distributed.judge import judge_barrier, judge_collective
+from suites.distributed.judge import judge_barrier, judge_collective, record_verdict
 
 pytestmark = pytest.mark.distributed
 
@@ -37,9 +37,7 @@ def test_collective_matches_numpy(case, dist, results):
                            else f"not measured: see n={COLLECTIVE_SIZES[0]}")
             continue
         verdict = judge_collective(outcome.values, str(size), op=op, dtype=dtype)
-        results.record(record_id, status=verdict.status, metrics=verdict.metrics,
-                       rules=verdict.rules, info=verdict.info,
-                       message=f"{verdict.message}\n{results.reproduce}")
+        record_verdict(results, record_id, verdict)
 
 
 @pytest.mark.parametrize("case", [Case(ws, SubCheck.of(f"{CHECKS}:barrier", name="barrier"))
@@ -52,5 +50,4 @@ def test_barrier_waits_for_every_rank(case, dist, results):
                        message=f"{outcome.problem()}\n{results.reproduce}")
         return
     verdict = judge_barrier(outcome.values)
-    results.record(record_id, status=verdict.status, metrics=verdict.metrics,
-                   rules=verdict.rules, message=f"{verdict.message}")
+    record_verdict(results, record_id, verdict)

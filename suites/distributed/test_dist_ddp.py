@@ -11,7 +11,13 @@ import pytest
 
 from harness.distributed import Case, SubCheck
 from suites.distributed.dist_checks import WORLD_SIZES
-from suites.distributed.judge import judge_amp, judge_buffers, judge_ddp, judge_sync_batchnorm
+from suites.distributed.judge import (
+    judge_amp,
+    judge_buffers,
+    judge_ddp,
+    judge_sync_batchnorm,
+    record_verdict,
+)
 
 pytestmark = pytest.mark.distributed
 
@@ -47,9 +53,7 @@ def test_ddp_matches_single_process(case, dist, results):
         return
     verdict = judge_ddp(outcome.values, dtype=kwargs["dtype"], variant=kwargs["variant"],
                         steps=STEPS, world_size=case.world_size)
-    results.record(record_id, status=verdict.status, metrics=verdict.metrics,
-                   rules=verdict.rules, info=verdict.info,
-                   message=f"{verdict.message}\n{results.reproduce}")
+    record_verdict(results, record_id, verdict)
 
 
 @pytest.mark.parametrize("case", [_case(ws, "ddp/amp", "ddp_amp", steps=STEPS)
@@ -60,9 +64,7 @@ def test_ddp_amp_grad_scaler(case, dist, results):
         return
     amp_dtype, verdict = judge_amp(outcome.values)
     record_id = f"distributed/ddp/{amp_dtype}/amp_grad_scaler/ws{case.world_size}"
-    results.record(record_id, status=verdict.status, metrics=verdict.metrics,
-                   rules=verdict.rules, info=verdict.info,
-                   message=f"{verdict.message}\n{results.reproduce}")
+    record_verdict(results, record_id, verdict)
 
 
 @pytest.mark.parametrize("case", [_case(ws, "ddp/buffers", "ddp_buffers")
@@ -73,9 +75,7 @@ def test_ddp_broadcast_buffers(case, dist, results):
     if _record_problem(results, record_id, outcome):
         return
     verdict = judge_buffers(outcome.values)
-    results.record(record_id, status=verdict.status, metrics=verdict.metrics,
-                   rules=verdict.rules, info=verdict.info,
-                   message=f"{verdict.message}\n{results.reproduce}")
+    record_verdict(results, record_id, verdict)
 
 
 @pytest.mark.parametrize("case", [_case(ws, "ddp/sync_batchnorm", "sync_batchnorm")
@@ -86,6 +86,4 @@ def test_sync_batchnorm_matches_full_batch(case, dist, results):
     if _record_problem(results, record_id, outcome):
         return
     verdict = judge_sync_batchnorm(outcome.values)
-    results.record(record_id, status=verdict.status, metrics=verdict.metrics,
-                   rules=verdict.rules,
-                   message=f"{verdict.message}\n{results.reproduce}")
+    record_verdict(results, record_id, verdict)

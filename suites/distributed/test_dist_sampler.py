@@ -7,7 +7,7 @@ import pytest
 
 from harness.distributed import Case, SubCheck
 from suites.distributed.dist_checks import WORLD_SIZES
-from suites.distributed.judge import judge_sampler
+from suites.distributed.judge import judge_sampler, record_verdict
 
 pytestmark = pytest.mark.distributed
 
@@ -27,5 +27,4 @@ def test_distributed_sampler_shards(case, dist, results):
                        message=f"{outcome.problem()}\n{results.reproduce}")
         return
     verdict = judge_sampler(outcome.values, drop_last=drop)
-    results.record(record_id, status=verdict.status, metrics=verdict.metrics,
-                   rules=verdict.rules, message=f"{verdict.message}")
+    record_verdict(results, record_id, verdict)
