@@ -28,6 +28,15 @@ class Verdict:
     info: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
+def record_problem(results, record_id: str, outcome) -> bool:
+    """Record a launch problem (rank exception, hang) as an error; True when there was one."""
+    if outcome.ok:
+        return False
+    results.record(record_id, status="error",
+                   message=f"{outcome.problem()}\n{results.reproduce}")
+    return True
+
+
 def record_verdict(results, record_id: str, verdict: Verdict) -> None:
     """Record a verdict; its failure message ends with the reproduce command."""
     results.record(record_id, status=verdict.status, metrics=verdict.metrics,

@@ -13,7 +13,12 @@ import pytest
 
 from harness.distributed import Case, SubCheck
 from suites.distributed.dist_checks import COLLECTIVE_OPS, COLLECTIVE_SIZES, WORLD_SIZES
-from suites.distributed.judge import judge_barrier, judge_collective, record_verdict
+from suites.distributed.judge import (
+    judge_barrier,
+    judge_collective,
+    record_problem,
+    record_verdict,
+)
 
 pytestmark = pytest.mark.distributed
 
@@ -45,9 +50,7 @@ def test_collective_matches_numpy(case, dist, results):
 def test_barrier_waits_for_every_rank(case, dist, results):
     record_id = f"distributed/barrier/none/staggered/ws{case.world_size}"
     outcome = dist(case)
-    if not outcome.ok:
-        results.record(record_id, status="error",
-                       message=f"{outcome.problem()}\n{results.reproduce}")
+    if record_problem(results, record_id, outcome):
         return
     verdict = judge_barrier(outcome.values)
     record_verdict(results, record_id, verdict)

@@ -16,6 +16,7 @@ from suites.distributed.judge import (
     judge_buffers,
     judge_ddp,
     judge_sync_batchnorm,
+    record_problem,
     record_verdict,
 )
 
@@ -33,15 +34,6 @@ def _case(ws: int, name: str, fn: str, **kwargs) -> Case:
     return Case(ws, SubCheck.of(f"{CHECKS}:{fn}", name=name, **kwargs))
 
 
-def _record_problem(results, record_id: str, outcome) -> bool:
-    """Record a launch problem (rank exception, hang) as an error; True when there was one."""
-    if outcome.ok:
-        return False
-    results.record(record_id, status="error",
-                   message=f"{outcome.problem()}\n{results.reproduce}")
-    return True
-
-
 @pytest.mark.parametrize("case", [
     _case(ws, f"ddp/{dtype}/{variant}", "ddp_train", variant=variant, dtype=dtype, steps=STEPS)
     for ws in WORLD_SIZES for dtype, variant in DDP_CASES], ids=lambda c: c.id)
@@ -49,7 +41,7 @@ def test_ddp_matches_single_process(case, dist, results):
     kwargs = case.check.kwargs
     record_id = f"distributed/ddp/{kwargs['dtype']}/{kwargs['variant']}/ws{case.world_size}"
     outcome = dist(case)
-    if _record_problem(results, record_id, outcome):
+    if record_problem(results, record_id, outcome):
         return
     verdict = judge_ddp(outcome.values, dtype=kwargs["dtype"], variant=kwargs["variant"],
                         steps=STEPS, world_size=case.world_size)
@@ -60,7 +52,7 @@ def test_ddp_matches_single_process(case, dist, results):
                                   for ws in WORLD_SIZES], ids=lambda c: c.id)
 def test_ddp_amp_grad_scaler(case, dist, results):
     outcome = dist(case)
-    if _record_problem(results, f"distributed/ddp/amp/grad_scaler/ws{case.world_size}", outcome):
+    if record_problem(results, f"distributed/ddp/amp/grad_scaler/ws{case.world_size}", outcome):
         return
     amp_dtype, verdict = judge_amp(outcome.values)
     record_id = f"distributed/ddp/{amp_dtype}/amp_grad_scaler/ws{case.world_size}"
@@ -72,7 +64,7 @@ def test_ddp_amp_grad_scaler(case, dist, results):
 def test_ddp_broadcast_buffers(case, dist, results):
     record_id = f"distributed/ddp/float32/broadcast_buffers/ws{case.world_size}"
     outcome = dist(case)
-    if _record_problem(results, record_id, outcome):
+    if record_problem(results, record_id, outcome):
         return
     verdict = judge_buffers(outcome.values)
     record_verdict(results, record_id, verdict)
@@ -83,7 +75,7 @@ def test_ddp_broadcast_buffers(case, dist, results):
 def test_sync_batchnorm_matches_full_batch(case, dist, results):
     record_id = f"distributed/ddp/float32/sync_batchnorm/ws{case.world_size}"
     outcome = dist(case)
-    if _record_problem(results, record_id, outcome):
+    if record_problem(results, record_id, outcome):
         return
     verdict = judge_sync_batchnorm(outcome.values)
     record_verdict(results, record_id, verdict)

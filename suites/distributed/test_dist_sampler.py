@@ -7,7 +7,7 @@ import pytest
 
 from harness.distributed import Case, SubCheck
 from suites.distributed.dist_checks import WORLD_SIZES
-from suites.distributed.judge import judge_sampler, record_verdict
+from suites.distributed.judge import judge_sampler, record_problem, record_verdict
 
 pytestmark = pytest.mark.distributed
 
@@ -22,9 +22,7 @@ def test_distributed_sampler_shards(case, dist, results):
     drop = case.check.kwargs["drop_last"]
     record_id = f"distributed/sampler/none/drop_last={drop}/ws{case.world_size}"
     outcome = dist(case)
-    if not outcome.ok:
-        results.record(record_id, status="error",
-                       message=f"{outcome.problem()}\n{results.reproduce}")
+    if record_problem(results, record_id, outcome):
         return
     verdict = judge_sampler(outcome.values, drop_last=drop)
     record_verdict(results, record_id, verdict)
