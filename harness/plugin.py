@@ -525,9 +525,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     run.finished = _utc_now()
     selection = state.selection
     if selection is not None and selection.results is not None:
-        state.findings.extend(f for f in regress.compare(
-            run, selection.results, selection.stack_id or "", ran_ids=run.outcomes)
-            if f.kind in ("new", "missing"))
+        # per-record regressions were judged where each test ran; add only presence
+        state.findings.extend(regress.presence(run, selection.results,
+                                               selection.stack_id or "", ran_ids=run.outcomes))
     run.findings = [f.to_json() for f in state.findings if f.kind in ("regression",
                                                                      "improvement")]
     if not run.records and not run.outcomes:

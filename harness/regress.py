@@ -105,14 +105,25 @@ def compare_record(current: Record, base: Record, baseline: str = "") -> list[Fi
 
 def compare(current: RunResults, baseline: RunResults, baseline_name: str = "",
             ran_ids: Optional[Iterable[str]] = None) -> list[Finding]:
-    """All findings of a run. ``missing`` only for records under suites that ran."""
+    """All findings of a run: per-record changes, then ``new`` and ``missing``."""
     found: list[Finding] = []
     for record_id, rec in sorted(current.records.items()):
         base = baseline.records.get(record_id)
-        if base is None:
-            found.append(Finding("new", record_id, baseline=baseline_name, test=rec.test))
-        else:
+        if base is not None:
             found.extend(compare_record(rec, base, baseline_name))
+    return found + presence(current, baseline, baseline_name, ran_ids)
+
+
+def presence(current: RunResults, baseline: RunResults, baseline_name: str = "",
+             ran_ids: Optional[Iterable[str]] = None) -> list[Finding]:
+    """Records only in the run (``new``) or only in the baseline (``missing``).
+
+    ``missing`` only for baseline records whose test ran (``ran_ids``), or, without
+    ``ran_ids``, whose suite produced records in this run.
+    """
+    found = [Finding("new", record_id, baseline=baseline_name, test=rec.test)
+             for record_id, rec in sorted(current.records.items())
+             if record_id not in baseline.records]
     suites = {rec.suite for rec in current.records.values()} if ran_ids is None else None
     ran = set(ran_ids) if ran_ids is not None else None
     for record_id, base in sorted(baseline.records.items()):
