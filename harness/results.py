@@ -8,6 +8,7 @@ is a results file kept (see :mod:`harness.baselines`). Schema: DESIGN.md.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -234,10 +235,10 @@ def atomic_write_text(path: Union[str, Path], text: str) -> None:
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
-        with _suppress_oserror():
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    with _suppress_oserror():
+    with contextlib.suppress(OSError):
         dir_fd = os.open(path.parent, os.O_RDONLY)
         try:
             os.fsync(dir_fd)
@@ -249,14 +250,6 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
-
-
-class _suppress_oserror:  # noqa: N801 - used like contextlib.suppress
-    def __enter__(self):
-        return self
-
-    def __exit__(self, kind, value, tb):
-        return kind is not None and issubclass(kind, OSError)
 
 
 def dumps(results: RunResults) -> str:
