@@ -115,6 +115,26 @@ def record(root: Union[str, Path], run: RunResults) -> Path:
                                 "the file, it is another stack's baseline")
         merged.records.update(existing.records)
     for record_id, rec in run.records.items():
-        merged.records[record_id] = dataclasses.replace(rec)
+        merged.records[record_id] = _merge_runs(merged.records.get(record_id), rec)
     results_mod.write(merged, path)
     return path
+
+
+RUNS_KEY = "runs"
+KEEP_RUNS_KEY = "keep_runs"
+DEFAULT_KEEP_RUNS = 10
+
+
+def _merge_runs(stored, new):
+    """A record that keeps per-run statistics (``info["runs"]``, a list; benchmarks)
+    appends this run's entries to the stored ones, keeping the last ``info["keep_runs"]``
+    (default 10); any other record is replaced."""
+    merged = dataclasses.replace(new)
+    runs = new.info.get(RUNS_KEY)
+    if stored is None or not isinstance(runs, list):
+        return merged
+    old_runs = stored.info.get(RUNS_KEY)
+    keep = int(new.info.get(KEEP_RUNS_KEY, DEFAULT_KEEP_RUNS))
+    if isinstance(old_runs, list):
+        merged.info = {**new.info, RUNS_KEY: (old_runs + runs)[-keep:]}
+    return merged

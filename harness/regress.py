@@ -1,4 +1,17 @@
-"""Current results vs a baseline -> findings (regression, improvement, new, missing)."""
+"""Current results vs a baseline -> findings (regression, review, improvement, new, missing).
+
+Note [Review or regression]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~
+A status that loses capability (pass -> fail/error/unsupported/fallback) is always a
+*regression*. A metric that moves beyond its rule is what its rule's ``severity`` says
+(:attr:`harness.results.Rule.alerts_as`): a *regression* where the change itself is the
+loss (a benchmark slower beyond noise, a lower max batch, another state dtype), else a
+*review*: the check still passes its own standard, but its numbers moved more than the
+baseline allows, so a person should look before accepting the stack. A regression fails
+the check that produced it and makes the run NO-GO; a review makes it REVIEW and fails
+the check only with ``--fail-on review`` (the fault check runs so, since drift faults are
+caught through the baseline).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +21,7 @@ import math
 from pathlib import Path
 from typing import Any, Iterable, Optional, Union
 
-from harness.results import Record, Rule, RunResults, atomic_write_text
+from harness.results import NON_FINITE, Record, Rule, RunResults, atomic_write_text
 
 # A status change that loses capability or correctness is a regression.
 _STATUS_RANK = {"pass": 3, "skip": None, "fallback": 2, "unsupported": 1, "fail": 0, "error": 0}
@@ -18,7 +31,7 @@ _STATUS_RANK = {"pass": 3, "skip": None, "fallback": 2, "unsupported": 1, "fail"
 class Finding:
     """One difference between a run and its baseline."""
 
-    kind: str  # regression | improvement | new | missing
+    kind: str  # regression | review | improvement | new | missing
     record_id: str
     metric: Optional[str] = None
     old: Any = None
@@ -53,7 +66,7 @@ def _number(value: Any) -> Optional[float]:
         return None if value is None else float(value)
     if isinstance(value, (int, float)):
         return float(value)
-    if isinstance(value, str) and value in ("inf", "-inf", "nan"):
+    if isinstance(value, str) and value in NON_FINITE:
         return float(value)
     return None
 
@@ -97,6 +110,8 @@ def compare_record(current: Record, base: Record, baseline: str = "") -> list[Fi
         verdict = judge(base.metrics[metric], current.metrics[metric], rule,
                         base.metrics.get(f"{metric}.spread"),
                         current.metrics.get(f"{metric}.spread"))
+        if verdict == "regression":
+            verdict = rule.alerts_as  # Note [Review or regression]
         if verdict:
             found.append(Finding(verdict, current.id, metric, base.metrics[metric],
                                  current.metrics[metric], rule.to_json(), baseline, current.test))

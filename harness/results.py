@@ -20,8 +20,11 @@ from typing import Any, Optional, Union
 SCHEMA_VERSION = 1
 STATUSES = ("pass", "fail", "error", "unsupported", "fallback", "skip")
 BETTER = ("lower", "higher", "equal")
+SEVERITIES = ("review", "regression")
 
 MetricValue = Union[float, int, bool, str, None]
+NON_FINITE = ("inf", "-inf", "nan")
+"""How a non-finite float metric is stored (JSON has no inf/nan)."""
 
 
 class SchemaError(ValueError):
@@ -39,12 +42,19 @@ class Rule:
     turn 1e-9 into an infinite regression. ``noise`` (optional) makes the comparison
     noise-aware: the record carries ``<metric>.spread`` (e.g. the samples' MAD), and a
     change must also exceed ``noise`` times the combined spread.
+
+    ``severity`` says what a change beyond the rule means (Note [Review or regression]
+    in :mod:`harness.regress`): ``"review"`` (a metric moved while the check still
+    passes: a person looks, the run is not NO-GO) or ``"regression"`` (the change itself
+    is a loss: a lower max batch, a slower benchmark, another optimizer-state dtype).
+    Unset, it is ``"regression"`` for ``equal`` rules and ``"review"`` otherwise.
     """
 
     better: str = "lower"
     rel: float = 2.0
     abs: float = 0.0
     noise: Optional[float] = None
+    severity: Optional[str] = None
 
     def __post_init__(self) -> None:
         if self.better not in BETTER:
@@ -53,11 +63,26 @@ class Rule:
             raise SchemaError(f"rule rel={self.rel!r}; expected a ratio >= 1.0")
         if not (isinstance(self.abs, (int, float)) and self.abs >= 0):
             raise SchemaError(f"rule abs={self.abs!r}; expected a number >= 0")
+        if self.noise is not None and not (isinstance(self.noise, (int, float))
+                                           and not isinstance(self.noise, bool)
+                                           and self.noise >= 0):
+            raise SchemaError(f"rule noise={self.noise!r}; expected a number >= 0")
+        if self.severity is not None and self.severity not in SEVERITIES:
+            raise SchemaError(f"rule severity={self.severity!r}; expected one of {SEVERITIES}")
+
+    @property
+    def alerts_as(self) -> str:
+        """What a change beyond this rule is: ``"review"`` or ``"regression"``."""
+        if self.severity is not None:
+            return self.severity
+        return "regression" if self.better == "equal" else "review"
 
     def to_json(self) -> dict:
         out = {"better": self.better, "rel": self.rel, "abs": self.abs}
         if self.noise is not None:
             out["noise"] = self.noise
+        if self.severity is not None:
+            out["severity"] = self.severity
         return out
 
     @classmethod
@@ -66,13 +91,15 @@ class Rule:
             return data
         if not isinstance(data, dict):
             raise SchemaError(f"rule {data!r} is not an object")
-        unknown = set(data) - {"better", "rel", "abs", "noise"}
+        unknown = set(data) - {"better", "rel", "abs", "noise", "severity"}
         if unknown:
             raise SchemaError(f"rule has unknown keys {sorted(unknown)}")
         return cls(**data)
 
     def describe(self) -> str:
         noise = f", noise x{self.noise}" if self.noise is not None else ""
+        if self.better == "equal":
+            return f"must stay equal (tolerance {self.abs:g})"
         return f"{self.better} is better, ratio {self.rel:g}, floor {self.abs:g}{noise}"
 
 
@@ -116,6 +143,12 @@ class Record:
         missing = set(self.rules) - set(self.metrics)
         if missing:
             raise SchemaError(f"record {self.id}: rules for metrics it lacks: {sorted(missing)}")
+        for name, rule in self.rules.items():
+            value = self.metrics[name]
+            if rule.better != "equal" and isinstance(value, str) and value not in NON_FINITE:
+                raise SchemaError(f"record {self.id}: metric {name}={value!r} is a string but "
+                                  f"its rule is '{rule.better} is better'; store a number "
+                                  "(strings are for metrics under an equal rule)")
         if not self.suite:
             self.suite = self.id.split("/", 1)[0]
 
