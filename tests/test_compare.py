@@ -281,3 +281,86 @@ def test_passing_verdict_has_empty_message_and_baseline_rules():
     rule = v.rules["max_rel_err"]
     assert rule.better == "lower" and rule.rel == 2.0 and 0 < rule.abs <= 2**-23
     assert set(v.rules) <= set(v.metrics)
+
+
+# ------------------------------------------- Note [Condition of products and reductions]
+
+def _cancelling_mv(n: int = 7, k: int = 256, seed: int = 0):
+    gen = torch.Generator().manual_seed(seed)
+    a = torch.randn(n, k, generator=gen)
+    b = torch.randn(k, generator=gen)
+    a[0, 1:] = a[0, 1:]  # row 0: force cancellation by appending its own negative sum
+    a[0, 0] = -(a[0, 1:].double() @ b[1:].double() / b[0].double()).float()
+    return a, b
+
+
+def _reversed_order_mv(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """A correct fp32 kernel that sums in the other order (as another SIMD path would)."""
+    out = torch.zeros(a.shape[0], dtype=torch.float32)
+    for j in reversed(range(a.shape[1])):
+        out = out + a[:, j] * b[j]
+    return out
+
+
+def test_dot_product_with_cancellation_is_judged_against_its_condition():
+    a, b = _cancelling_mv()
+    ref = a.double() @ b.double()
+    cpu = torch.mv(a, b)
+    scale = a.double().abs() @ b.double().abs()
+    other = _reversed_order_mv(a, b)
+    assert abs(float(ref[0])) < 1e-3 * float(scale[0])  # the sample really cancels
+    # another correct summation order passes against the condition ...
+    assert compare_outputs(other, ref, cpu, standard="ulp", scale=scale).passed
+    # ... where measuring ULPs of the cancelled result alone called it wrong
+    assert not compare_outputs(other, ref, None, standard="ulp").passed
+    # and a real defect is still caught
+    bad = other * (1 + 1e-4)
+    verdict = compare_outputs(bad, ref, cpu, standard="ulp", scale=scale)
+    assert not verdict.passed and "ulp_mean" in verdict.message
+
+
+def test_ulp_standard_accepts_a_dut_no_worse_than_the_cpus_own_error():
+    ref = torch.linspace(1, 2, 1000, dtype=torch.float64)
+    cpu = (ref * (1 + 2e-5)).float()   # the CPU in fp32 is itself ~170 ULP off here
+    dut = (ref * (1 + 2.5e-5)).float()
+    assert compare_outputs(dut, ref, cpu, standard="ulp").passed
+    assert not compare_outputs(dut, ref, None, standard="ulp").passed
+    assert not compare_outputs((ref * (1 + 1e-4)).float(), ref, cpu, standard="ulp").passed
+
+
+def test_scale_of_the_wrong_shape_is_an_error_naming_the_fix():
+    with pytest.raises(ValueError, match="op evaluated on"):
+        compare_outputs(torch.ones(3), torch.ones(3), None, standard="ulp", scale=torch.ones(4))
+
+
+# ------------------------------------------------------------- Note [Error balance]
+
+def _toward_zero(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Round float64 ``x`` to ``dtype`` toward zero: every error under one ULP, all of one sign."""
+    y = x.to(dtype)
+    too_big = y.double().abs() > x.abs()
+    return torch.where(too_big, torch.nextafter(y, torch.zeros_like(y)), y)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_error_balance_catches_a_biased_kernel_each_element_within_one_ulp(dtype):
+    gen = torch.Generator().manual_seed(3)
+    ref = torch.rand(4096, generator=gen, dtype=torch.float64) + 0.5
+    cpu = ref.to(dtype)
+    biased = _toward_zero(ref, dtype)
+    assert float(((biased.double() - ref).abs() / ref).max()) < torch.finfo(dtype).eps
+    verdict = compare_outputs(biased, ref, cpu, standard="relative")
+    assert not verdict.passed
+    assert "err_balance" in verdict.message and "biased" in verdict.message
+    assert compare_outputs(cpu.clone(), ref, cpu, standard="relative").passed
+
+
+def test_error_balance_stays_quiet_for_an_unbiased_kernel_with_other_roundings():
+    gen = torch.Generator().manual_seed(4)
+    ref = torch.rand(64, generator=gen, dtype=torch.float64) + 0.5
+    cpu = ref.to(torch.float16)
+    # an unbiased kernel that rounds some elements the other way (still < 1 ULP each)
+    flip = torch.rand(64, generator=gen) < 0.2
+    other = torch.where(flip, torch.nextafter(cpu, torch.where(cpu.double() > ref, -cpu, 2 * cpu)), cpu)
+    assert compare_outputs(other, ref, cpu, standard="relative").metrics["err_balance"] >= 0
+    assert compare_outputs(other, ref, cpu, standard="absolute").passed

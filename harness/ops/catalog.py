@@ -328,12 +328,12 @@ _X = (T((16, 64)),)
 
 CATALOG: tuple[OpEntry, ...] = (
     # ---- convolution
-    E("conv1d", F.conv1d, conv(1)),
-    E("conv2d", F.conv2d, conv(2)),
-    E("conv3d", F.conv3d, conv(3)),
-    E("conv_transpose1d", F.conv_transpose1d, conv(1, True)),
-    E("conv_transpose2d", F.conv_transpose2d, conv(2, True)),
-    E("conv_transpose3d", F.conv_transpose3d, conv(3, True)),
+    E("conv1d", F.conv1d, conv(1), condition=True),
+    E("conv2d", F.conv2d, conv(2), condition=True),
+    E("conv3d", F.conv3d, conv(3), condition=True),
+    E("conv_transpose1d", F.conv_transpose1d, conv(1, True), condition=True),
+    E("conv_transpose2d", F.conv_transpose2d, conv(2, True), condition=True),
+    E("conv_transpose3d", F.conv_transpose3d, conv(3, True), condition=True),
     # ---- matrix multiplication (ULP standard)
     E("linear", F.linear, matmul_samples({
         "typical": ((16, 64), (32, 64), (32,)), "odd257": ((3, 257), (5, 257), (5,)),
@@ -655,8 +655,8 @@ CATALOG: tuple[OpEntry, ...] = (
     E("ge", torch.ge, binary(), dtypes=FI, backward=False, standard="exact"),
     E("isclose", torch.isclose, binary(), backward=False, standard="exact"),
     # ---- reductions
-    E("sum", torch.sum, reduction(), dtypes=FI),
-    E("mean", torch.mean, reduction()),
+    E("sum", torch.sum, reduction(), dtypes=FI, condition=True),
+    E("mean", torch.mean, reduction(), condition=True),
     E("var", torch.var, reduction()),
     E("std", torch.std, reduction()),
     E("var_unbiased0", torch.var, reduction(correction=0)),
@@ -681,7 +681,7 @@ CATALOG: tuple[OpEntry, ...] = (
         Sample("all", (T((4, 8), "near1"),), {}),
         Sample("empty", (T((0, 16)),), {"dim": 1}),
         Sample("large", (T(LARGE, "near1"),), {"dim": 0}, slow=True))),
-    E("cumsum", torch.cumsum, scan(), dtypes=FI),
+    E("cumsum", torch.cumsum, scan(), dtypes=FI, condition=True),
     E("cumprod", torch.cumprod, scan("near1")),
     E("cummax", torch.cummax, scan("distinct"), standard="exact"),
     E("logcumsumexp", torch.logcumsumexp, scan()),

@@ -228,18 +228,36 @@ def run_case(device, entry: OpEntry, dtype: str, sample: Sample, seed: int = 0,
         except Exception:  # noqa: BLE001 - no low-precision CPU kernel: assert_close fallback
             low_outs = low_grads = None
 
+    scale_outs: Optional[list] = None
+    scale_grads: Optional[list] = None
+    if is_float and entry.sum_of_products:  # Note [Condition of products and reductions]
+        magnitudes = [_absolute(v) for v in values]
+        abs_grads = [g.abs() for g in grad_outputs] if grad_outputs else grad_outputs
+        scale_out_pairs, scale_grads, _ = _execute(entry, magnitudes, sample, cpu, up, backward,
+                                                   abs_grads, None)
+        scale_outs = [t for _, t in scale_out_pairs]
+
     if "fwd" in outcomes:
         _judge_all(outcomes["fwd"], [t for _, t in dut_outs], [t for _, t in ref_outs],
                    [t for _, t in low_outs] if low_outs is not None else None,
-                   [label for label, _ in dut_outs], entry.standard)
+                   [label for label, _ in dut_outs], entry.standard, scale_outs)
     if "bwd" in outcomes:
         _judge_all(outcomes["bwd"], dut_grads or [], ref_grads or [], low_grads,
-                   _grad_labels(sample), entry.gradient_standard)
+                   _grad_labels(sample), entry.gradient_standard, scale_grads)
     return list(outcomes.values())
 
 
+def _absolute(value: Any) -> Any:
+    """|value| for float tensors, element-wise through lists and tuples."""
+    if isinstance(value, torch.Tensor):
+        return value.abs() if value.is_floating_point() else value
+    if isinstance(value, (list, tuple)):
+        return type(value)(_absolute(v) for v in value)
+    return value
+
+
 def _judge_all(outcome: Outcome, duts: list, refs: list, lows: Optional[list],
-               labels: list[str], standard: str) -> None:
+               labels: list[str], standard: str, scales: Optional[list] = None) -> None:
     if len(duts) != len(refs):
         outcome.status = "error"
         outcome.error = f"DUT returned {len(duts)} tensors, the reference {len(refs)}"
@@ -254,7 +272,8 @@ def _judge_all(outcome: Outcome, duts: list, refs: list, lows: Optional[list],
                              f"the reference {'has one' if dut is None else 'has none'}")
             continue
         low = lows[index] if lows is not None and index < len(lows) else None
-        verdict = compare_outputs(dut, ref, low, standard=standard)
+        scale = scales[index] if scales is not None and index < len(scales) else None
+        verdict = compare_outputs(dut, ref, low, standard=standard, scale=scale)
         outcome.verdicts[label] = verdict
         if not verdict.passed and outcome.status == "pass":
             outcome.status = "fail"

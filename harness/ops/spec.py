@@ -105,6 +105,10 @@ class OpEntry:
         judge: a custom check for ops whose output is random (dropout): called instead of
             the reference comparison, see :mod:`harness.ops.stats`.
         note: why a sample or standard is what it is (ties, domains...).
+        condition: whether the output is a sum of products (matmul family, convolutions,
+            linear reductions), judged against its condition ``sum |a_i b_i|`` (Note
+            [Condition of products and reductions] in :mod:`harness.compare`). Default:
+            True for ``ulp`` ops.
     """
 
     name: str
@@ -116,6 +120,11 @@ class OpEntry:
     grad_standard: Optional[str] = None
     judge: Optional[Callable[..., Any]] = None
     note: str = ""
+    condition: Optional[bool] = None
+
+    @property
+    def sum_of_products(self) -> bool:
+        return self.standard == "ulp" if self.condition is None else self.condition
 
     @property
     def gradient_standard(self) -> str:
