@@ -435,6 +435,17 @@ def _float(dut: torch.Tensor, ref: torch.Tensor, lowp: Optional[torch.Tensor],
                                 + (f" (the CPU's own: ulp_mean {_fmt(ref_m['ulp_mean'])}, "
                                    f"ulp_gt32_share {_fmt(ref_m['ulp_gt32_share'])})"
                                    if ref_m is not None else ""))
+        if scale is not None:  # Note [Condition of products and reductions]
+            ratio_limit = STANDARDS["relative"].limits["rmse"]
+            floor = eps * max(rms_ref, 1e-30)
+            ratio = m["rmse"] / max(ref_m["rmse"] if ref_m else 0.0, floor)
+            metrics["rmse_ratio"] = ratio
+            described += (f"; and RMSE <= {ratio_limit:g}x max(the CPU's own, eps x RMS of the "
+                          "condition)")
+            if ratio > ratio_limit:
+                failures.append(f"rmse {_fmt(m['rmse'])} is {ratio:.3g}x max(the CPU's own "
+                                f"{_fmt(ref_m['rmse']) if ref_m else 'n/a'}, floor "
+                                f"{_fmt(floor)}) (limit {ratio_limit:g}x)")
     elif standard == "relative" and ref_m is not None:
         std = STANDARDS["relative"].limits
         floors = {"max_rel_err": eps, "mean_rel_err": eps, "rmse": eps * max(rms_ref, 1e-30),
