@@ -58,6 +58,14 @@ def stored_stacks(root: Union[str, Path], fingerprint: dict) -> list[str]:
     return sorted(ids, key=stack_sort_key)
 
 
+def stored_anywhere(root: Union[str, Path]) -> list[str]:
+    """Every stored baseline as ``<type>/<slug>/<stack_id>`` (for NOT COMPARED lines)."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    return sorted(str(p.relative_to(root).with_suffix("")) for p in root.glob("*/*/*.json"))
+
+
 def select(root: Union[str, Path], fingerprint: dict,
            against: Optional[str] = None) -> Selection:
     """Choose (and load) the baseline for a compare run; never raises for a bad file.
@@ -88,18 +96,74 @@ def select(root: Union[str, Path], fingerprint: dict,
             reason = f"{older[-1]} (newest stack older than {current}: upgrade comparison)"
     try:
         loaded = results_mod.load(path)
-    except SchemaError as exc:
+        check_agrees(path, loaded.fingerprint)
+    except (SchemaError, BaselineError) as exc:
         return Selection(path, reason, error=str(exc))
     return Selection(path, reason, results=loaded)
+
+
+def expected_path(root: Union[str, Path], fingerprint: dict) -> Path:
+    return path_for(root, fingerprint, fingerprint.get("stack_id"))
+
+
+def check_agrees(path: Union[str, Path], fingerprint: dict) -> None:
+    """A baseline's fingerprint must agree with its path (device type, slug, stack).
+
+    Raises :class:`BaselineError` naming both, so a renamed or misplaced file (a
+    ``torch-2.13.0.json`` holding a torch-2.11.0 run, a cuda run in the cpu folder, an
+    Intel run under an AMD slug) is never compared as "the same stack".
+    """
+    path = Path(path)
+    said = {"device_type": path.parent.parent.name, "device_slug": path.parent.name,
+            "stack_id": path.stem}
+    held = {key: fingerprint.get(key) for key in said}
+    wrong = [key for key in said if held[key] != said[key]]
+    if wrong:
+        detail = ", ".join(f"{key} {held[key]!r} (path says {said[key]!r})" for key in wrong)
+        root = path.parent.parent.parent
+        where = (f"; it belongs at {expected_path(root, fingerprint)}"
+                 if all(held.values()) else "")
+        raise BaselineError(f"{path}: the baseline's fingerprint disagrees with its path: "
+                            f"{detail}{where}. Move it there, or re-record this stack with "
+                            "--baseline record")
+
+
+LOCK_TIMEOUT = 300.0
+"""Seconds a record run waits for another one merging into the same baseline."""
+
+
+def lock_for(path: Union[str, Path]):
+    """The lock every writer of ``path`` holds while it reads, merges and replaces it
+    (a hidden ``.<name>.lock`` beside it; ``filelock``, so concurrent record runs of one
+    stack, in one process or many, never lose each other's records)."""
+    from filelock import FileLock
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(path.parent / f".{path.name}.lock"), timeout=LOCK_TIMEOUT)
 
 
 def record(root: Union[str, Path], run: RunResults) -> Path:
     """Store ``run`` as its stack's baseline, merging into the same stack's file.
 
     Records this run produced replace the stored ones; others are kept, so suites can
-    be recorded one at a time. Refuses to touch a file that belongs to another stack.
+    be recorded one at a time, and concurrently: the read-merge-write holds
+    :func:`lock_for`. Refuses to touch a file that belongs to another stack.
     """
+    from filelock import Timeout
+
     path = path_for(root, run.fingerprint)
+    try:
+        with lock_for(path):
+            _merge_into(path, run)
+    except Timeout:
+        raise BaselineError(f"another run has held the lock on {path} for {LOCK_TIMEOUT:g} s; "
+                            f"if none is running, delete {path.parent / ('.' + path.name)}"
+                            ".lock") from None
+    return path
+
+
+def _merge_into(path: Path, run: RunResults) -> None:
     merged = RunResults(fingerprint=run.fingerprint, records={}, started=run.started,
                         finished=run.finished, seed=run.seed)
     if path.exists():
@@ -113,11 +177,12 @@ def record(root: Union[str, Path], run: RunResults) -> Path:
             raise BaselineError(f"refusing to overwrite {path}: it holds stack {stored!r}, "
                                 f"this run is {run.fingerprint['stack_id']!r}; rename or move "
                                 "the file, it is another stack's baseline")
+        check_agrees(path, existing.fingerprint)
         merged.records.update(existing.records)
+        merged.started = min(filter(None, (existing.started, run.started)), default="")
     for record_id, rec in run.records.items():
         merged.records[record_id] = _merge_runs(merged.records.get(record_id), rec)
     results_mod.write(merged, path)
-    return path
 
 
 RUNS_KEY = "runs"

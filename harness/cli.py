@@ -82,10 +82,10 @@ def _cmd_baseline(args: argparse.Namespace) -> int:
     old_path, new_path = _find_baseline(root, args.a), _find_baseline(root, args.b)
     findings = regress.compare(_load(new_path), _load(old_path), old_path.stem)
     for finding in findings:
-        if args.all or finding.kind in ("regression", "improvement"):
+        if args.all or finding.kind in ("regression", "review", "improvement"):
             print(finding.message)
     counts = {k: sum(f.kind == k for f in findings)
-              for k in ("regression", "improvement", "new", "missing")}
+              for k in ("regression", "review", "improvement", "new", "missing")}
     print(f"{old_path.stem} -> {new_path.stem}: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
     return 1 if counts["regression"] else 0
 

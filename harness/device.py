@@ -428,6 +428,47 @@ def cpu_model_name() -> str:
     return platform.processor() or platform.machine() or "unknown CPU"
 
 
+_CPU_VENDORS = {"GenuineIntel": "intel", "AuthenticAMD": "amd", "HygonGenuine": "hygon",
+                "CentaurHauls": "centaur", "0x41": "arm", "0x48": "hisilicon", "0x51": "qualcomm",
+                "0x61": "apple", "0xc0": "ampere"}
+"""``/proc/cpuinfo`` vendor ids (x86 ``vendor_id``, Arm ``CPU implementer``) -> slug names."""
+
+
+def cpu_identity() -> dict[str, str]:
+    """The CPU's vendor and model family, as they change fp32 rounding (Note [CPU slug]).
+
+    On x86 ``{"vendor": "amd", "family": "25", "model": "1"}`` from ``/proc/cpuinfo``
+    (``cpu family`` / ``model``); on Arm the implementer and part number. Empty values
+    where the platform does not say.
+    """
+    fields: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                key, sep, value = line.partition(":")
+                if not sep:
+                    if fields:
+                        break  # the first processor is enough
+                    continue
+                fields.setdefault(key.strip().lower(), value.strip())
+    except OSError:
+        pass
+    raw_vendor = fields.get("vendor_id") or fields.get("cpu implementer") or platform.processor()
+    return {"vendor": _CPU_VENDORS.get(raw_vendor, (raw_vendor or "unknown").lower()),
+            "family": fields.get("cpu family") or fields.get("cpu architecture") or "",
+            "model": fields.get("model") or fields.get("cpu part") or ""}
+
+
+def blas_library() -> str:
+    """The BLAS torch was built with (``mkl``, ``openblas``, ``accelerate``...)."""
+    try:
+        config = torch.__config__.show()
+    except Exception:  # noqa: BLE001 - an exotic build without the config string
+        return "unknown"
+    match = re.search(r"BLAS_INFO=(\w+)", config)
+    return match.group(1).lower() if match else "unknown"
+
+
 def cpu_capability() -> str:
     """The SIMD level torch's CPU kernels dispatch to (``avx512``, ``avx2``, ``default``)."""
     get = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", None)

@@ -63,7 +63,7 @@ def run_pytest(args: Sequence[str], results_dir: Path, *, root: Path, timeout: f
                env: Optional[dict] = None) -> RunOutcome:
     """Run pytest in a child process group; outcomes come from the results file it writes."""
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-               "--results-dir", str(results_dir), *args]
+               "--results-dir", str(results_dir), "--fail-on", "review", *args]
     start = time.monotonic()
     child_env = {k: v for k, v in os.environ.items() if k != ENV_VAR}
     child_env.update(env or {})

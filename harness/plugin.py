@@ -17,8 +17,6 @@ xdist serialises ``user_properties``, so records reach the controller unchanged.
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import datetime as _dt
 import json
 import os
 import random
@@ -30,9 +28,10 @@ from typing import Any, Optional
 import pytest
 
 from harness import baselines, faults, regress
-from harness import results as results_mod
+from harness import session as harness_session
 from harness.device import DEVICE_TYPES, Device, DeviceUnavailable, select, xdist_worker_index
 from harness.results import Record, RunResults
+from harness.session import BASELINE_MODES, FAIL_ON, RunState, Settings
 from harness.stack import fingerprint as make_fingerprint
 from harness.stack import split_stack_id
 
@@ -99,11 +98,19 @@ OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
     (("--device",), dict(default="auto", choices=("auto", *DEVICE_TYPES), metavar="TYPE",
                          help="Device under test: auto, npu, cuda, xpu, mps or cpu; auto "
                               "picks npu > cuda > xpu > mps > cpu. Default: %(default)r")),
-    (("--baseline",), dict(default="compare", choices=("compare", "record", "off"),
-                           metavar="MODE",
+    (("--baseline",), dict(default="compare", choices=BASELINE_MODES, metavar="MODE",
                            help="What to do with the baseline: compare (fail on regressions "
-                                "against it), record (store this run as its stack's "
-                                "baseline) or off. Default: %(default)r")),
+                                "against it; say NOT COMPARED when there is none), require "
+                                "(compare, and a usage error when there is none: nightly CI), "
+                                "record (store this run as its stack's baseline) or off. "
+                                "Default: %(default)r")),
+    (("--fail-on",), dict(default="no-go", choices=FAIL_ON, metavar="VERDICT",
+                          help="Exit non-zero on this verdict or worse: no-go, or review "
+                               "(metrics moved beyond their baseline rule while every check "
+                               "passes also fails the checks that moved). Default: %(default)r")),
+    (("--keep-results",), dict(default=20, type=_non_negative_int, metavar="N",
+                               help="Keep the newest N run files in the results folder (0: "
+                                    "all). Default: %(default)r")),
     (("--baseline-dir",), dict(default=None, metavar="PATH",
                                help="Baseline store (<PATH>/<device_type>/<device_slug>/"
                                     "<stack_id>.json). Default: baselines/ in the rootdir")),
@@ -150,26 +157,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         group.addoption(*flags, **kwargs)
 
 
-@dataclasses.dataclass(frozen=True)
-class Settings:
-    """The run's options as plain values (what fixtures hand to the suites)."""
-
-    device_request: str = "auto"
-    baseline_mode: str = "compare"
-    baseline_dir: Path = Path("baselines")
-    baseline_against: Optional[str] = None
-    results_dir: Path = Path("results")
-    alerts: Optional[Path] = None
-    faults: tuple[str, ...] = ()
-    seed: int = 0
-    run_slow: bool = False
-    run_benchmarks: bool = False
-    op_filter: Optional[str] = None
-    op_budget: float = 600.0
-    training_scale: str = "small"
-    dist_timeout: float = 120.0
-
-
 def _names_marker(markexpr: str, marker: str) -> bool:
     """Whether ``-m`` asks for an opt-in marker (``-m slow``, not ``-m "not slow"``)."""
     return bool(re.search(rf"\b{marker}\b", markexpr)) and f"not {marker}" not in markexpr
@@ -186,43 +173,30 @@ def _settings(config: pytest.Config) -> Settings:
         raise pytest.UsageError("--baseline record writes this stack's own baseline and "
                                 "cannot be combined with --baseline-against; drop one")
     markexpr = config.getoption("markexpr", "") or ""
+    alerts = (here / opt("alerts")).resolve() if opt("alerts") else None
+    if alerts is not None:
+        alerts = harness_session.alerts_paths(alerts)[0]
     return Settings(
         device_request=opt("device"), baseline_mode=opt("baseline"),
         baseline_dir=place(opt("baseline_dir"), "baselines"),
         baseline_against=opt("baseline_against"),
         results_dir=place(opt("results_dir"), "results"),
-        alerts=(here / opt("alerts")).resolve() if opt("alerts") else None,
+        alerts=alerts,
         faults=tuple(opt("inject_fault")), seed=opt("seed"),
         run_slow=bool(opt("run_slow")) or _names_marker(markexpr, "slow"),
         run_benchmarks=bool(opt("run_benchmarks")) or _names_marker(markexpr, "benchmark"),
         op_filter=opt("op_filter"), op_budget=opt("op_budget"),
         training_scale=opt("training_scale"), dist_timeout=opt("dist_timeout"),
+        fail_on=opt("fail_on"), keep_results=opt("keep_results"),
     )
 
 
 # ------------------------------------------------------------------------ run state
 
-@dataclasses.dataclass
-class RunState:
-    settings: Settings
-    device: Device
-    why: list[str]
-    run: RunResults
-    selection: Optional[baselines.Selection]
-    controller: bool
-    findings: list[regress.Finding] = dataclasses.field(default_factory=list)
-    errors: list[str] = dataclasses.field(default_factory=list)
-    written: list[str] = dataclasses.field(default_factory=list)
-
-
 STATE = pytest.StashKey[RunState]()
 RECORDER = pytest.StashKey["Recorder"]()
 SEED = pytest.StashKey[int]()
 PREVIOUS_FAULTS = pytest.StashKey[list]()
-
-
-def _utc_now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @pytest.hookimpl(trylast=True)
@@ -243,10 +217,10 @@ def pytest_configure(config: pytest.Config) -> None:
     except DeviceUnavailable as exc:
         raise pytest.UsageError(str(exc)) from None
     why = [f"{p.type} not used: {p.reason}" for p in probes if not p.available]
-    run = RunResults(fingerprint=make_fingerprint(device), started=_utc_now(), seed=settings.seed,
+    run = RunResults(fingerprint=make_fingerprint(device), started=harness_session.utc_now(), seed=settings.seed,
                      faults=list(settings.faults))
     selection = None
-    if settings.baseline_mode == "compare":
+    if settings.compares:
         selection = baselines.select(settings.baseline_dir, run.fingerprint,
                                      settings.baseline_against)
         run.baseline = str(selection.path) if selection.path else None
@@ -254,6 +228,11 @@ def pytest_configure(config: pytest.Config) -> None:
                      controller=not hasattr(config, "workerinput"))
     if selection is not None and selection.error:
         state.errors.append(f"baseline error: {selection.error}")
+    elif settings.baseline_mode == "require" and selection is not None and selection.path is None:
+        raise pytest.UsageError(f"--baseline require: NOT COMPARED: "
+                                f"{harness_session.not_compared_reason(state)}. Record one on this "
+                                "machine with --baseline record, or point --baseline-dir at "
+                                "the store that has it")
     config.stash[STATE] = state
 
 
@@ -298,17 +277,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
                                                    "driver", "python") if fp.get(k))
     lines.append(f"harness: stack {fp['stack_id']} ({versions}); "
                  f"{fp['device_type']}/{fp['device_slug']}")
-    if state.settings.baseline_mode == "record":
-        target = baselines.path_for(state.settings.baseline_dir, fp)
-        lines.append(f"harness: baseline: recording to {target}")
-    elif state.selection is None:
-        lines.append("harness: baseline: off")
-    elif state.selection.error:
-        lines.append(f"harness: baseline: ERROR {state.selection.error}")
-    elif state.selection.path is None:
-        lines.append(f"harness: baseline: {state.selection.reason}")
-    else:
-        lines.append(f"harness: baseline: {state.selection.path} — {state.selection.reason}")
+    lines.append(f"harness: {harness_session.baseline_line(state)}")
     lines.append(f"harness: seed {state.settings.seed} (+ crc32(nodeid) per test)")
     if state.settings.faults:
         lines.append(f"harness: INJECTED FAULTS: {', '.join(state.settings.faults)}")
@@ -476,7 +445,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
             base = selection.results.records.get(rec.id)
             if base is not None:
                 findings.extend(regress.compare_record(rec, base, selection.stack_id or ""))
-    regressions = [f for f in findings if f.kind == "regression"]
+    failing_kinds = ("regression", "review") if state.settings.fail_on == "review" else \
+        ("regression",)  # Note [Review or regression]
+    regressions = [f for f in findings if f.kind in failing_kinds]
     if regressions:
         reproduce = recorder.reproduce if recorder else f"python -m pytest '{item.nodeid}'"
         _fail(report, regress.failure_message(regressions, reproduce))
@@ -521,68 +492,18 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state = session.config.stash.get(STATE, None)
     if state is None or not state.controller:
         return
-    run, settings = state.run, state.settings
-    run.finished = _utc_now()
-    selection = state.selection
-    if selection is not None and selection.results is not None:
-        # per-record regressions were judged where each test ran; add only presence
-        state.findings.extend(regress.presence(run, selection.results,
-                                               selection.stack_id or "", ran_ids=run.outcomes))
-    run.findings = [f.to_json() for f in state.findings if f.kind in ("regression",
-                                                                     "improvement")]
-    if not run.records and not run.outcomes:
-        return  # nothing ran (e.g. --collect-only): write nothing
-    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
-    try:
-        path = results_mod.write(run, settings.results_dir / f"{stamp}-{state.device.type}.json")
-        state.written.append(f"results: {path}")
-    except OSError as exc:
-        state.errors.append(f"cannot write results to {settings.results_dir}: {exc}")
-    if settings.baseline_mode == "record":
-        try:
-            path = baselines.record(settings.baseline_dir, run)
-            state.written.append(f"baseline recorded: {path} ({len(run.records)} records)")
-        except (baselines.BaselineError, OSError) as exc:
-            state.errors.append(f"baseline not recorded: {exc}")
-    if settings.alerts is not None:
-        context = {"device": f"{state.device.type} ({run.fingerprint['device_name']})",
-                   "stack_id": run.fingerprint["stack_id"],
-                   "baseline": str(selection.path) if selection and selection.path else None,
-                   "started": run.started, "finished": run.finished}
-        for written in regress.write_alerts(settings.alerts, state.findings, context):
-            state.written.append(f"alerts: {written}")
-    if state.errors and session.exitstatus == pytest.ExitCode.OK:
+    complete = exitstatus not in (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.INTERNAL_ERROR)
+    verdict = harness_session.conclude(state, complete)
+    if verdict.exit_failed(state.settings.fail_on) and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     state = config.stash.get(STATE, None)
-    if state is None or not state.controller:
+    if state is None or not state.controller or state.verdict is None:
         return
-    by_kind: dict[str, list[regress.Finding]] = {}
-    for finding in state.findings:
-        by_kind.setdefault(finding.kind, []).append(finding)
-    if not (by_kind or state.errors or state.written):
-        return
-    tr = terminalreporter
-    tr.section("harness")
-    for error in state.errors:
-        tr.write_line(f"ERROR {error}", red=True, bold=True)
-    for kind, colour in (("regression", {"red": True}), ("improvement", {"green": True})):
-        found = by_kind.get(kind, [])
-        if found:
-            tr.write_line(f"{len(found)} {kind}(s):", bold=True, **colour)
-            for finding in found:
-                tr.write_line(f"  {finding.message}")
-    selection = state.selection
-    if selection is not None and selection.results is not None:
-        counts = ", ".join(f"{len(by_kind.get(k, []))} {k}"
-                           for k in ("regression", "improvement", "new", "missing"))
-        tr.write_line(f"{len(state.run.records)} records; vs baseline {selection.stack_id}: "
-                      f"{counts}")
-    else:
-        why = "--baseline " + state.settings.baseline_mode if selection is None else (
-            selection.error or selection.reason)
-        tr.write_line(f"{len(state.run.records)} records; not compared ({why})")
-    for line in state.written:
-        tr.write_line(line)
+    if not state.run.records and not state.run.outcomes and not state.errors:
+        return  # no conformance check ran (the harness's own tests, --collect-only)
+    terminalreporter.section("harness")
+    for text, markup in harness_session.summary_lines(state):
+        terminalreporter.write_line(text, **markup)

@@ -151,37 +151,57 @@ def presence(current: RunResults, baseline: RunResults, baseline_name: str = "",
 
 def failure_message(findings: list[Finding], reproduce: str = "") -> str:
     """The text a regression puts into the failing test's report."""
-    lines = ["regression against the stored baseline:"]
-    lines += [f"  {f.message}" for f in findings if f.kind == "regression"]
+    shown = [f for f in findings if f.kind in ("regression", "review")]
+    lines = ["regression against the stored baseline:" if any(
+        f.kind == "regression" for f in shown) else
+        "moved beyond the stored baseline's rule (failing because of --fail-on review):"]
+    lines += [f"  {f.message}" for f in shown]
     if reproduce:
         lines.append(f"  reproduce: {reproduce}")
     lines.append("  (if the change is intended, re-record: --baseline record)")
     return "\n".join(lines)
 
 
-def write_alerts(path: Union[str, Path], findings: list[Finding], context: dict) -> list[Path]:
-    """Write regressions and improvements as JSON (``path``) and Markdown (``.md``)."""
+def write_alerts(path: Union[str, Path], findings: list[Finding], context: dict,
+                 run_verdict=None) -> list[Path]:
+    """Write the verdict and the findings as JSON and Markdown (``x.json`` + ``x.md``).
+
+    ``run_verdict`` is the run's :class:`harness.verdict.RunVerdict`; without one (a diff of
+    two stored files) it is decided from the findings alone.
+    """
+    from harness import verdict as verdict_mod
+
     path = Path(path)
-    regressions = [f for f in findings if f.kind == "regression"]
-    improvements = [f for f in findings if f.kind == "improvement"]
-    doc = {**context, "verdict": "no-go" if regressions else "go",
-           "regressions": [f.to_json() for f in regressions],
-           "improvements": [f.to_json() for f in improvements],
+    json_path, md_path = (path.with_suffix(".json"), path) if path.suffix == ".md" else \
+        (path, path.with_suffix(".md"))
+    if run_verdict is None:
+        run_verdict = verdict_mod.decide({}, findings)
+    of = {kind: [f for f in findings if f.kind == kind]
+          for kind in ("regression", "review", "improvement")}
+    doc = {**context, **run_verdict.to_json(),
+           "regressions": [f.to_json() for f in of["regression"]],
+           "reviews": [f.to_json() for f in of["review"]],
+           "improvements": [f.to_json() for f in of["improvement"]],
            "new": sum(f.kind == "new" for f in findings),
            "missing": sum(f.kind == "missing" for f in findings)}
-    atomic_write_text(path, json.dumps(doc, indent=1) + "\n")
-    md_path = path.with_suffix(".md") if path.suffix != ".md" else path.with_suffix(".alerts.md")
-    lines = [f"# Conformance run: {doc['verdict'].upper()}", ""]
+    atomic_write_text(json_path, json.dumps(doc, indent=1) + "\n")
+    lines = [f"# Conformance run: {run_verdict.level}", "", run_verdict.line, ""]
     for key in ("device", "stack_id", "baseline"):
         if context.get(key):
             lines.append(f"- {key}: `{context[key]}`")
-    lines += ["", f"## Regressions ({len(regressions)})", ""]
-    lines += [f"- `{f.record_id}` {_md(f)}" for f in regressions] or ["none"]
-    lines += ["", f"## Improvements ({len(improvements)})", ""]
-    lines += [f"- `{f.record_id}` {_md(f)}" for f in improvements] or ["none"]
+    if run_verdict.failing:
+        lines += ["", f"## Failing checks ({len(run_verdict.failing)})", ""]
+        still = set(run_verdict.still_failing)
+        lines += [f"- `{rid}`" + (" (failed in the baseline too)" if rid in still else "")
+                  for rid in run_verdict.failing]
+    for kind, title in (("regression", "Regressions"), ("review", "Moved beyond their rule "
+                                                                  "(review)"),
+                        ("improvement", "Improvements")):
+        lines += ["", f"## {title} ({len(of[kind])})", ""]
+        lines += [f"- `{f.record_id}` {_md(f)}" for f in of[kind]] or ["none"]
     lines += ["", f"New records: {doc['new']}; missing records: {doc['missing']}", ""]
     atomic_write_text(md_path, "\n".join(lines))
-    return [path, md_path]
+    return [json_path, md_path]
 
 
 def _md(f: Finding) -> str:

@@ -13,6 +13,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -207,6 +208,8 @@ class RunResults:
     findings: list[dict] = dataclasses.field(default_factory=list)
     baseline: Optional[str] = None
     faults: list[str] = dataclasses.field(default_factory=list)
+    complete: bool = True
+    verdict: Optional[dict] = None
 
     def add(self, record: Record) -> None:
         self.records[record.id] = record
@@ -225,6 +228,10 @@ class RunResults:
             out["baseline"] = self.baseline
         if self.faults:
             out["faults"] = self.faults
+        if not self.complete:
+            out["complete"] = False
+        if self.verdict is not None:
+            out["verdict"] = self.verdict
         return out
 
     @classmethod
@@ -247,7 +254,8 @@ class RunResults:
                    started=data.get("started", ""), finished=data.get("finished", ""),
                    seed=data.get("seed"), outcomes=data.get("outcomes", {}),
                    findings=data.get("findings", []), baseline=data.get("baseline"),
-                   faults=data.get("faults", []))
+                   faults=data.get("faults", []), complete=data.get("complete", True) is not False,
+                   verdict=data.get("verdict"))
 
 
 # ------------------------------------------------------------------------------ I/O
@@ -259,7 +267,9 @@ def atomic_write_text(path: Union[str, Path], text: str) -> None:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    remove_stale_temp_files(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp",
+                               dir=path.parent)
     try:
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a baseline is a shared file
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
@@ -277,6 +287,36 @@ def atomic_write_text(path: Union[str, Path], text: str) -> None:
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
+
+
+def remove_stale_temp_files(path: Union[str, Path]) -> list[Path]:
+    """Delete temp files of :func:`atomic_write_text` for ``path`` left by a killed process.
+
+    A temp file is named ``.<name>.<pid>.<random>.tmp``; one whose process no longer runs
+    was left by a ``kill -9`` (a signal nothing can clean up after) and is removed here,
+    by the next writer.
+    """
+    path = Path(path)
+    removed = []
+    for tmp in path.parent.glob(f".{path.name}.*.tmp"):
+        pid = tmp.name[len(path.name) + 2:].split(".", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+                removed.append(tmp)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _umask() -> int:
@@ -297,6 +337,24 @@ def dumps(results: RunResults) -> str:
         f'{head},\n "records": {{}}\n}}\n'
 
 
+RESULT_NAME = re.compile(r"^\d{8}T\d{6,12}Z-[a-z0-9]+\.json$")
+"""``results/<UTC time>-<device_type>.json``: what :func:`prune` may delete."""
+
+
+def prune(folder: Union[str, Path], keep: int) -> list[Path]:
+    """Keep the newest ``keep`` run files in ``folder`` (names sort by time); 0 keeps all."""
+    folder = Path(folder)
+    if keep <= 0 or not folder.is_dir():
+        return []
+    runs = sorted(p for p in folder.iterdir() if RESULT_NAME.match(p.name))
+    removed = []
+    for path in runs[:-keep]:
+        with contextlib.suppress(OSError):
+            path.unlink()
+            removed.append(path)
+    return removed
+
+
 def write(results: RunResults, path: Union[str, Path]) -> Path:
     atomic_write_text(path, dumps(results))
     return Path(path)
@@ -309,6 +367,12 @@ def load(path: Union[str, Path]) -> RunResults:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise SchemaError(f"{path}: cannot read ({exc.strerror})") from exc
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[:exc.start].count(b"\n") + 1
+        raise SchemaError(f"{path}:{line}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} "
+                          f"at offset {exc.start}): the file is damaged or not a results file. "
+                          "Restore it from version control or re-record it with "
+                          "--baseline record") from exc
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

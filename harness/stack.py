@@ -171,7 +171,8 @@ def fingerprint(device) -> dict:
     """Everything that defines the stack the run measured, as a JSON-ready dict."""
     import torch
 
-    from harness.device import cpu_capability, cpu_model_name, torch_npu_version
+    from harness.device import (blas_library, cpu_capability, cpu_identity, cpu_model_name,
+                                torch_npu_version)
 
     info: dict = {
         "device_type": device.type,
@@ -184,6 +185,8 @@ def fingerprint(device) -> dict:
         "cpu": cpu_model_name(),
         "cpu_capability": cpu_capability(),
         "cpu_threads": torch.get_num_threads(),
+        **{f"cpu_{key}": value for key, value in cpu_identity().items()},
+        "blas": blas_library(),
         "arch": platform.machine(),
         "os": f"{platform.system()} {platform.release()}",
         "host": socket.gethostname(),
@@ -223,15 +226,25 @@ def slugify(text: str) -> str:
 
 
 def device_slug(info: dict) -> str:
-    """The folder under ``baselines/<type>/`` for this device model.
+    """The folder under ``baselines/<type>/`` for this device model (Note [CPU slug]).
 
-    For the CPU it is the architecture, the SIMD level torch dispatches to and the number
-    of intra-op threads (``x86-64-avx512-t2``): kernels and their rounding differ by the
-    SIMD level, and parallel reductions (conv and norm backward) sum in an order that
-    depends on the thread count, so fp32 errors of a few ULP move with it.
+    Note [CPU slug]
+    ~~~~~~~~~~~~~~~
+    A CPU baseline is only comparable on a CPU that rounds the same way, so the slug names
+    everything measured to move fp32 results: the architecture; the vendor and model
+    family (an AMD EPYC and an Intel Xeon with the same SIMD level take other MKL code
+    paths and round fp32 products differently: 20 regressions and 154 improvements with
+    the same torch); the SIMD level torch dispatches to; the BLAS library; and the number
+    of intra-op threads (parallel reductions sum in a thread-dependent order):
+    ``x86-64-amd-f25m1-avx2-mkl-t2``.
     """
     if info["device_type"] == "cpu":
         threads = info.get("cpu_threads")
-        suffix = f"-t{threads}" if threads else ""
-        return slugify(f"{info['arch']}-{info['cpu_capability']}{suffix}")
+        vendor = info.get("cpu_vendor") or "unknown"
+        family = "".join(f"{tag}{info[key]}" for tag, key in (("f", "cpu_family"),
+                                                               ("m", "cpu_model"))
+                         if info.get(key))
+        parts = [info["arch"], vendor, family, info["cpu_capability"], info.get("blas"),
+                 f"t{threads}" if threads else None]
+        return slugify("-".join(str(p) for p in parts if p))
     return slugify(info["device_name"])

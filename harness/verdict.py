@@ -51,13 +51,15 @@ class RunVerdict:
     counts: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @property
-    def line(self) -> str:
-        """``VERDICT: NO-GO (3 failing checks, 1 regression)``: one line a person acts on."""
+    def headline(self) -> str:
+        """``VERDICT: NO-GO (3 failing check(s); 1 regression(s))``: one line to act on."""
         why = "; ".join(self.reasons[:3]) + (" ..." if len(self.reasons) > 3 else "")
-        text = f"VERDICT: {self.level}" + (f" ({why})" if why else "")
-        if not self.compared:
-            text += f" | NOT COMPARED: {self.not_compared}"
-        return text
+        return f"VERDICT: {self.level}" + (f" ({why})" if why else "")
+
+    @property
+    def line(self) -> str:
+        """The headline, plus ``NOT COMPARED: why`` when nothing was compared."""
+        return self.headline + ("" if self.compared else f" | NOT COMPARED: {self.not_compared}")
 
     def exit_failed(self, fail_on: str = "no-go") -> bool:
         """Whether the run's exit code must be non-zero (``fail_on``: no-go or review)."""

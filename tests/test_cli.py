@@ -33,8 +33,8 @@ def test_baseline_diff_reports_regressions_and_exits_1(store, capsys):
     assert cli.main(["baseline", "diff", "torch-2.3.0", "torch-2.4.0", "--dir", str(store)]) == 1
     out = capsys.readouterr().out
     assert "regression: ops/a status pass -> fail" in out
-    assert "regression: ops/a err 0.001 -> 0.005" in out
-    assert "torch-2.3.0 -> torch-2.4.0: 2 regression" in out
+    assert "review: ops/a err 0.001 -> 0.005" in out
+    assert "torch-2.3.0 -> torch-2.4.0: 1 regression, 1 review" in out
 
 
 def test_baseline_unknown_stack_is_a_clear_error(store):

@@ -77,7 +77,7 @@ def test_header_names_device_reasons_stack_baseline_and_seed(project):
         "harness:   npu not used: *",
         "harness:   cuda not used: *",
         "harness: stack torch-* (torch *); cpu/*",
-        "harness: baseline: none for torch-* record one with --baseline record",
+        "harness: baseline: NOT COMPARED: no baseline for cpu/*/torch-* stored: none",
         "harness: seed 7 (+ crc32(nodeid) per test)",
     ])
     result.assert_outcomes(passed=2)
@@ -91,26 +91,38 @@ def test_record_then_compare_round_trip(project):
                                     "demo/test_demo/test_plain"} - {"demo/test_demo/test_metric"}
     again = project.runpytest("--baseline-dir", "b")
     again.assert_outcomes(passed=2)
-    again.stdout.fnmatch_lines(["harness: baseline: *(same stack)",
-                                "*0 regression, 0 improvement, 0 new, 0 missing"])
+    again.stdout.fnmatch_lines(["harness: baseline: *(same stack)", "VERDICT: GO",
+                                "*0 regression, 0 review, 0 improvement, 0 new, 0 missing"])
 
 
-def test_metric_drift_fails_the_producing_test_and_names_everything(project):
+def test_metric_drift_is_review_exit_0_and_names_everything(project):
     project.runpytest("--baseline", "record", "--baseline-dir", "b")
     project.write_check(5e-3)
     result = project.runpytest("--baseline-dir", "b", "--alerts", "alerts.json")
-    result.assert_outcomes(passed=1, failed=1)
+    result.assert_outcomes(passed=2)
+    assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines([
-        "*regression against the stored baseline:*",
-        "*regression: demo/metric/float32 err 0.001 -> 0.005 ?lower is better, ratio 2, "
+        "VERDICT: REVIEW (1 metric(s) moved beyond their baseline rule; every check passes)",
+        "1 review(s):",
+        "*review: demo/metric/float32 err 0.001 -> 0.005 ?lower is better, ratio 2, "
         "floor 1e-06? (baseline torch-*)",
-        "*reproduce: python -m pytest 'suites/demo/test_demo.py::test_metric' --device cpu*",
-        "1 regression(s):",
     ])
     alerts = json.loads((project.path / "alerts.json").read_text())
-    assert alerts["verdict"] == "no-go"
-    assert alerts["regressions"][0]["record_id"] == "demo/metric/float32"
-    assert (project.path / "alerts.md").read_text().startswith("# Conformance run: NO-GO")
+    assert alerts["verdict"] == "review"
+    assert alerts["reviews"][0]["record_id"] == "demo/metric/float32"
+    assert (project.path / "alerts.md").read_text().startswith("# Conformance run: REVIEW")
+
+
+def test_metric_drift_fails_the_producing_test_with_fail_on_review(project):
+    project.runpytest("--baseline", "record", "--baseline-dir", "b")
+    project.write_check(5e-3)
+    result = project.runpytest("--baseline-dir", "b", "--fail-on", "review")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "*moved beyond the stored baseline's rule (failing because of --fail-on review):*",
+        "*review: demo/metric/float32 err 0.001 -> 0.005*",
+        "*reproduce: python -m pytest 'suites/demo/test_demo.py::test_metric' --device cpu*",
+    ])
 
 
 def test_improvement_is_listed_not_failed(project):
@@ -118,7 +130,8 @@ def test_improvement_is_listed_not_failed(project):
     project.write_check(1e-5)
     result = project.runpytest("--baseline-dir", "b")
     result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines(["1 improvement(s):", "*improvement: demo/metric/float32 err*"])
+    result.stdout.fnmatch_lines(["VERDICT: GO", "*vs baseline torch-*: 0 regression, 0 review, "
+                                 "1 improvement, 0 new, 0 missing"])
 
 
 def test_hand_edited_better_baseline_makes_the_run_fail_naming_the_record(project):
@@ -127,7 +140,7 @@ def test_hand_edited_better_baseline_makes_the_run_fail_naming_the_record(projec
     doc = json.loads(stored.read_text())
     doc["records"]["demo/metric/float32"]["metrics"]["err"] = 1e-9
     stored.write_text(json.dumps(doc))
-    result = project.runpytest("--baseline-dir", "b")
+    result = project.runpytest("--baseline-dir", "b", "--fail-on", "review")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["FAILED suites/demo/test_demo.py::test_metric*"])
     assert "demo/metric/float32" in result.stdout.str()

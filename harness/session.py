@@ -1,0 +1,249 @@
+"""One conformance session as plain values: its settings, its state and its end.
+
+:mod:`harness.plugin` turns pytest's ``Config`` into a :class:`Settings` and a
+:class:`RunState` once, and at the end of the session calls :func:`conclude`, which
+judges the run (:mod:`harness.verdict`), writes the results, the baseline and the alerts,
+and returns what the terminal summary prints (:func:`summary_lines`). Nothing here
+imports pytest, so all of it is testable with plain values.
+
+Note [Only a completed session records]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+A baseline is what later runs are judged against, so a partial run must never become
+one: an interrupted (Ctrl-C) or crashed session writes its results (marked
+``complete: false``) and the alerts, but does not touch the baseline, and says so.
+Concurrent record runs of one stack merge under a file lock
+(:func:`harness.baselines.record`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+from pathlib import Path
+from typing import Optional
+
+from harness import baselines, regress, verdict
+from harness import results as results_mod
+from harness.results import RunResults
+
+BASELINE_MODES = ("compare", "require", "record", "off")
+FAIL_ON = ("no-go", "review")
+SHOWN = 10
+"""Findings listed per kind in the terminal; the rest are in the alerts file."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """The run's options as plain values (what fixtures hand to the suites)."""
+
+    device_request: str = "auto"
+    baseline_mode: str = "compare"
+    baseline_dir: Path = Path("baselines")
+    baseline_against: Optional[str] = None
+    results_dir: Path = Path("results")
+    alerts: Optional[Path] = None
+    faults: tuple[str, ...] = ()
+    seed: int = 0
+    run_slow: bool = False
+    run_benchmarks: bool = False
+    op_filter: Optional[str] = None
+    op_budget: float = 600.0
+    training_scale: str = "small"
+    dist_timeout: float = 120.0
+    fail_on: str = "no-go"
+    keep_results: int = 20
+
+    @property
+    def compares(self) -> bool:
+        return self.baseline_mode in ("compare", "require")
+
+
+@dataclasses.dataclass
+class RunState:
+    """What one session knows: its device, run, baseline choice and what it found."""
+
+    settings: Settings
+    device: object
+    why: list[str]
+    run: RunResults
+    selection: Optional[baselines.Selection]
+    controller: bool
+    findings: list[regress.Finding] = dataclasses.field(default_factory=list)
+    errors: list[str] = dataclasses.field(default_factory=list)
+    written: list[str] = dataclasses.field(default_factory=list)
+    verdict: Optional[verdict.RunVerdict] = None
+
+
+def utc_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def alerts_paths(path: Path) -> tuple[Path, Path]:
+    """``--alerts PATH`` -> (JSON, Markdown): ``x.json`` -> x.json + x.md; ``x.md`` -> x.json +
+    x.md (the JSON never lands in a ``.md`` file)."""
+    if path.suffix == ".md":
+        return path.with_suffix(".json"), path
+    return path, path.with_suffix(".md")
+
+
+# ------------------------------------------------------------------- baseline choice
+
+def not_compared_reason(state: RunState) -> str:
+    """Why nothing was compared, with what is stored (empty when compared)."""
+    selection = state.selection
+    if selection is not None and selection.results is not None:
+        return ""
+    fp = state.run.fingerprint
+    if selection is None:
+        return f"--baseline {state.settings.baseline_mode}"
+    if selection.error:
+        return f"baseline unusable: {selection.error}"
+    stored = baselines.stored_anywhere(state.settings.baseline_dir)
+    listing = ", ".join(stored[:8]) + (f" and {len(stored) - 8} more" if len(stored) > 8 else "")
+    return (f"no baseline for {fp['device_type']}/{fp['device_slug']}/{fp['stack_id']} or an "
+            f"older stack of it in {state.settings.baseline_dir}; stored: {listing or 'none'}")
+
+
+def baseline_line(state: RunState) -> str:
+    """The chosen baseline and why (printed in the header and, for -q, the summary)."""
+    settings, selection = state.settings, state.selection
+    if settings.baseline_mode == "record":
+        return f"baseline: recording to {baselines.path_for(settings.baseline_dir, state.run.fingerprint)}"
+    if selection is None:
+        return "baseline: off"
+    if selection.error:
+        return f"baseline: ERROR {selection.error}"
+    if selection.path is None:
+        return f"baseline: NOT COMPARED: {not_compared_reason(state)}"
+    return f"baseline: {selection.path} — {selection.reason}"
+
+
+# ------------------------------------------------------------------------- the end
+
+def conclude(state: RunState, complete: bool) -> verdict.RunVerdict:
+    """Judge the run, then write results, baseline and alerts; never raises for I/O.
+
+    Errors (unwritable paths, an unusable baseline) land in ``state.errors`` and make the
+    verdict NO-GO; what was written lands in ``state.written``.
+    """
+    run, settings, selection = state.run, state.settings, state.selection
+    run.finished = utc_now()
+    run.complete = complete
+    base = selection.results if selection is not None else None
+    if base is not None:
+        # per-record findings were judged where each test ran; add only presence
+        state.findings.extend(regress.presence(run, base, selection.stack_id or "",
+                                               ran_ids=run.outcomes))
+    run.findings = [f.to_json() for f in state.findings
+                    if f.kind in ("regression", "review", "improvement")]
+    failed_tests = [node for node, outcome in run.outcomes.items() if outcome == "failed"]
+    judged = verdict.decide(
+        {rid: rec.status for rid, rec in run.records.items()}, state.findings,
+        failed_tests=failed_tests,
+        baseline_statuses={rid: rec.status for rid, rec in base.records.items()} if base else None,
+        errors=state.errors, compared=base is not None,
+        not_compared=not_compared_reason(state), complete=complete)
+    state.verdict = judged
+    run.verdict = judged.to_json()
+    if not run.records and not run.outcomes:
+        return judged  # nothing ran (e.g. --collect-only): write nothing
+    _write_results(state)
+    if settings.baseline_mode == "record":
+        _record_baseline(state, complete)
+    if settings.alerts is not None:
+        _write_alerts(state)
+    if len(state.errors) > len(judged.reasons) or state.errors and judged.level != verdict.NO_GO:
+        # errors while writing come after the verdict: judge again so they count
+        state.verdict = judged = dataclasses.replace(
+            judged, level=verdict.NO_GO, reasons=[*state.errors, *judged.reasons])
+    return judged
+
+
+def _write_results(state: RunState) -> None:
+    settings, run = state.settings, state.run
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    try:
+        path = results_mod.write(run, settings.results_dir / f"{stamp}-{state.device.type}.json")
+        state.written.append(f"results: {path}")
+        pruned = results_mod.prune(settings.results_dir, settings.keep_results)
+        if pruned:
+            state.written.append(f"results: removed {len(pruned)} older run(s) (--keep-results "
+                                 f"{settings.keep_results})")
+    except OSError as exc:
+        state.errors.append(f"cannot write results to {settings.results_dir}: {exc}; pass a "
+                            "writable --results-dir")
+
+
+def _record_baseline(state: RunState, complete: bool) -> None:
+    run, settings = state.run, state.settings
+    if not complete:  # Note [Only a completed session records]
+        state.errors.append("baseline NOT recorded: the session did not complete (interrupted "
+                            "or crashed); the stored baseline is unchanged. Rerun to record")
+        return
+    try:
+        path = baselines.record(settings.baseline_dir, run)
+        state.written.append(f"baseline recorded: {path} ({len(run.records)} records)")
+    except (baselines.BaselineError, OSError) as exc:
+        state.errors.append(f"baseline not recorded: {exc}")
+
+
+def _write_alerts(state: RunState) -> None:
+    run, selection = state.run, state.selection
+    context = {"device": f"{state.device.type} ({run.fingerprint['device_name']})",
+               "stack_id": run.fingerprint["stack_id"],
+               "baseline": str(selection.path) if selection and selection.path else None,
+               "started": run.started, "finished": run.finished}
+    try:
+        for written in regress.write_alerts(state.settings.alerts, state.findings, context,
+                                            state.verdict):
+            state.written.append(f"alerts: {written}")
+    except OSError as exc:
+        state.errors.append(f"cannot write alerts to {state.settings.alerts}: {exc}; pass a "
+                            "writable --alerts path")
+
+
+# ----------------------------------------------------------------------- terminal
+
+def summary_lines(state: RunState) -> list[tuple[str, dict]]:
+    """The terminal summary as (text, markup) pairs: the verdict line first, then the
+    baseline, counts per suite, the first findings of each kind, errors and files."""
+    judged = state.verdict
+    out: list[tuple[str, dict]] = []
+    if judged is not None:
+        colour = {"NO-GO": {"red": True}, "REVIEW": {"yellow": True}, "GO": {"green": True}}
+        out.append((judged.headline, {"bold": True, **colour[judged.level]}))
+    if judged is not None and not judged.compared and state.settings.baseline_mode != "record":
+        out.append((f"NOT COMPARED: {judged.not_compared}", {"yellow": True, "bold": True}))
+    else:
+        out.append((baseline_line(state), {}))
+    suites: dict[str, dict[str, int]] = {}
+    for rec in state.run.records.values():
+        counts = suites.setdefault(rec.suite, {})
+        counts[rec.status] = counts.get(rec.status, 0) + 1
+    for suite, counts in sorted(suites.items()):
+        text = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+        out.append((f"  {suite}: {sum(counts.values())} records ({text})", {}))
+    by_kind: dict[str, list[regress.Finding]] = {}
+    for finding in state.findings:
+        by_kind.setdefault(finding.kind, []).append(finding)
+    for kind, markup in (("regression", {"red": True}), ("review", {"yellow": True})):
+        found = by_kind.get(kind, [])
+        if found:
+            out.append((f"{len(found)} {kind}(s):", {"bold": True, **markup}))
+            out += [(f"  {f.message}", {}) for f in found[:SHOWN]]
+            if len(found) > SHOWN:
+                out.append((f"  ... and {len(found) - SHOWN} more in the alerts/report file", {}))
+    if judged is not None and judged.still_failing:
+        out.append((f"{len(judged.still_failing)} check(s) failed in the baseline too (still "
+                    f"failing): {', '.join(judged.still_failing[:5])}"
+                    + (" ..." if len(judged.still_failing) > 5 else ""), {}))
+    counts = ", ".join(f"{len(by_kind.get(k, []))} {k}"
+                       for k in ("regression", "review", "improvement", "new", "missing"))
+    if state.selection is not None and state.selection.results is not None:
+        out.append((f"{len(state.run.records)} records; vs baseline "
+                    f"{state.selection.stack_id}: {counts}", {}))
+    else:
+        out.append((f"{len(state.run.records)} records; not compared", {}))
+    out += [(f"ERROR {error}", {"red": True, "bold": True}) for error in state.errors]
+    out += [(line, {}) for line in state.written]
+    return out
