@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def _cmd_doctor(args: argparse.Namespace) -> int:
     from harness import doctor
 
-    return doctor.main(device=args.device, as_json=args.json)
+    return doctor.main(device=args.device, as_json=args.json, baseline_dir=args.baseline_dir)
 
 
 # -------------------------------------------------------------------------- baseline
@@ -48,7 +48,8 @@ def _load(path: Path):
 
 
 def _cmd_baseline(args: argparse.Namespace) -> int:
-    from harness import regress
+    from harness import regress, results
+    from harness.baselines import BaselineError, check_agrees
     from harness.stack import stack_sort_key
 
     root = Path(args.dir)
@@ -57,15 +58,25 @@ def _cmd_baseline(args: argparse.Namespace) -> int:
                        key=lambda p: (p.parent.parent.name, p.parent.name, stack_sort_key(p.stem)))
         if not paths:
             print(f"no baselines under {root}")
+        bad = 0
         for path in paths:
-            run = _load(path)
+            try:
+                run = results.load(path)
+                check_agrees(path, run.fingerprint)
+            except (results.SchemaError, BaselineError) as exc:
+                bad += 1
+                print(f"{path.parent.parent.name}/{path.parent.name}  {path.stem:<20} "
+                      f"BAD: {exc}")
+                continue
             statuses: dict[str, int] = {}
             for rec in run.records.values():
                 statuses[rec.status] = statuses.get(rec.status, 0) + 1
             summary = ", ".join(f"{n} {s}" for s, n in sorted(statuses.items()))
             print(f"{path.parent.parent.name}/{path.parent.name}  {path.stem:<20} "
                   f"{len(run.records):>6} records ({summary})  {run.finished}")
-        return 0
+        if bad:
+            print(f"{bad} of {len(paths)} baseline file(s) are unusable (marked BAD above)")
+        return 1 if bad else 0
     if args.action == "show":
         run = _load(_find_baseline(root, args.a))
         if args.json:
@@ -136,6 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
                         choices=("auto", "npu", "cuda", "xpu", "mps", "cpu"),
                         help="Device you intend to test (exit 1 if unusable). Default: auto")
     doctor.add_argument("--json", action="store_true", help="Machine-readable output")
+    doctor.add_argument("--baseline-dir", default=str(ROOT / "baselines"), metavar="PATH",
+                        help="Baseline store to look in (default: the checkout's baselines/)")
     doctor.set_defaults(func=_cmd_doctor)
 
     baseline = sub.add_parser("baseline", help="List, show or diff stored baselines")

@@ -47,6 +47,7 @@ import importlib
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -56,6 +57,8 @@ import time
 import traceback
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence, Union
+
+from harness.results import pid_alive
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC_ENV = "HARNESS_DIST_LAUNCHER"  # set in ranks started by launch(): "<launcher pid>"
@@ -312,6 +315,25 @@ def _read_json(path: Path) -> Optional[dict]:
 
 # ----------------------------------------------------------------------- launching
 
+LAUNCH_DIR_PREFIX = "harness-dist-"
+
+
+def remove_stale_launch_dirs(root: Optional[str] = None) -> list[Path]:
+    """Delete ``harness-dist-<pid>-*`` temp folders whose launching process is gone.
+
+    A launch folder is removed when its launch ends; a launcher killed with SIGKILL cannot
+    clean up, so the next launch on the machine removes what it left.
+    """
+    base = Path(root or tempfile.gettempdir())
+    removed = []
+    for folder in base.glob(f"{LAUNCH_DIR_PREFIX}*"):
+        pid = folder.name[len(LAUNCH_DIR_PREFIX):].split("-", 1)[0]
+        if folder.is_dir() and pid.isdigit() and not pid_alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
+
+
 def launch(checks: Union[Callable, str, SubCheck, Sequence[Union[Callable, str, SubCheck]]],
            world_size: int, device, *, timeout: float = 120.0, seed: int = 0,
            out_dir: Union[str, Path, None] = None, env: Optional[dict] = None,
@@ -346,7 +368,9 @@ def launch(checks: Union[Callable, str, SubCheck, Sequence[Union[Callable, str, 
                          "one process per device")
     with contextlib.ExitStack() as stack:
         if out_dir is None:
-            out_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="harness-dist-"))
+            remove_stale_launch_dirs()
+            out_dir = stack.enter_context(tempfile.TemporaryDirectory(
+                prefix=f"{LAUNCH_DIR_PREFIX}{os.getpid()}-"))
         base = Path(out_dir)
         for attempt in range(max(1, port_attempts)):
             run_dir = base / f"launch{attempt}" if port_attempts > 1 else base

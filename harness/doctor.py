@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Callable, Optional
 
 OK, WARN, FAIL, NA = "ok", "warn", "FAIL", "--"
@@ -73,10 +74,12 @@ def check_cann_env(env: Optional[dict] = None) -> Finding:
     return Finding(OK, "CANN environment", "not present (only needed for Ascend NPUs)")
 
 
-def run_checks(device: str = "auto", *,
+def run_checks(device: str = "auto", baseline_dir=None, *,
                import_probe: Callable[[], tuple[bool, str]] = probe_import_torch) -> tuple[
                    list[Finding], bool]:
     """All checks; returns the findings and whether the requested device is usable."""
+    if baseline_dir is None:
+        baseline_dir = Path(__file__).resolve().parent.parent / "baselines"
     findings = [Finding(OK, "python", sys.version.split()[0])]
     torch_finding = check_import_torch(import_probe)
     findings.append(torch_finding)
@@ -119,13 +122,30 @@ def run_checks(device: str = "auto", *,
     if usable:
         chosen = device_mod.Device(wanted, 0, probes[wanted].count)
         fp = stack.fingerprint(chosen)
-        findings.append(Finding(OK, "stack", f"{fp['stack_id']} -> baselines/{fp['device_type']}/"
-                                f"{fp['device_slug']}/{fp['stack_id']}.json"))
+        findings.append(_baseline_finding(fp, Path(baseline_dir)))
     return findings, usable
 
 
-def main(device: str = "auto", as_json: bool = False) -> int:
-    findings, usable = run_checks(device)
+def _baseline_finding(fp: dict, baseline_dir) -> Finding:
+    """The baseline a compare run would use; never OK for a file that does not exist."""
+    from harness import baselines
+
+    selection = baselines.select(baseline_dir, fp)
+    target = baselines.path_for(baseline_dir, fp)
+    if selection.error:
+        return Finding(FAIL, "baseline", f"{selection.path}: unusable: {selection.error}",
+                       "restore it from version control or re-record it with --baseline record")
+    if selection.results is None:
+        stored = baselines.stored_anywhere(baseline_dir)
+        return Finding(WARN, "baseline", f"NOT COMPARED: no baseline for {fp['stack_id']} or an "
+                       f"older stack at {target.parent} (stored: {', '.join(stored[:6]) or 'none'})",
+                       "record one on this machine: python -m pytest -m npu --baseline record")
+    return Finding(OK, "baseline", f"{selection.path} ({len(selection.results.records)} records; "
+                   f"{selection.reason})")
+
+
+def main(device: str = "auto", as_json: bool = False, baseline_dir=None) -> int:
+    findings, usable = run_checks(device, baseline_dir)
     if as_json:
         print(json.dumps({"device": device, "usable": usable,
                           "findings": [dataclasses.asdict(f) for f in findings]}, indent=1))

@@ -216,11 +216,18 @@ def resolve(name: str) -> Fault:
     """A built-in fault by name, or ``package.module:NAME`` for one defined elsewhere."""
     if ":" in name:
         module_name, _, attr = name.partition(":")
+        if not module_name or not attr:
+            raise FaultError(f"--inject-fault {name!r}: expected package.module:NAME with both "
+                             "parts, e.g. mypackage.myfaults:MY_FAULT")
         try:
             module = importlib.import_module(module_name)
         except ImportError as exc:
             raise FaultError(f"--inject-fault {name}: cannot import {module_name!r} ({exc}); "
                              "is it on PYTHONPATH?") from exc
+        except Exception as exc:  # noqa: BLE001 - the user's module itself is broken
+            raise FaultError(f"--inject-fault {name}: importing {module_name!r} raised "
+                             f"{type(exc).__name__}: {exc}; fix that module (run `python -c "
+                             f"'import {module_name}'` to see the traceback)") from exc
         fault = getattr(module, attr, None)
         if not isinstance(fault, Fault):
             raise FaultError(f"--inject-fault {name}: {module_name}.{attr} is not a "

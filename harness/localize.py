@@ -36,6 +36,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from harness.argtypes import non_negative_int, positive_float, positive_int
+
 DTYPES = {"float32": None, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -371,7 +373,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "Default: %(default)r")
     parser.add_argument("--seed", default=0, type=int, metavar="N",
                         help="Seed of the weights and the batch. Default: %(default)r")
-    parser.add_argument("--batch-size", default=8, type=int, metavar="N",
+    parser.add_argument("--batch-size", default=8, type=positive_int, metavar="N",
                         help="Batch size. Default: %(default)r")
     parser.add_argument("--scale", default="small", choices=("small", "full"), metavar="SCALE",
                         help="Model scale (resnet: full is ResNet-18). Default: %(default)r")
@@ -379,9 +381,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="Compare in eval mode (BatchNorm running statistics)")
     parser.add_argument("--inject-fault", action="append", default=[], metavar="NAME",
                         help="Activate a fault on the DUT side (repeatable). Default: none")
-    parser.add_argument("--rel", type=float, default=None, metavar="X",
+    parser.add_argument("--rel", type=positive_float, default=None, metavar="X",
                         help="Override the relative-error tolerance. Default: per dtype")
-    parser.add_argument("--context", type=int, default=3, metavar="N",
+    parser.add_argument("--context", type=non_negative_int, default=3, metavar="N",
                         help="Layers shown around a divergence. Default: %(default)r")
     parser.add_argument("--json", action="store_true", help="Machine-readable output")
     return parser

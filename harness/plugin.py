@@ -29,6 +29,7 @@ import pytest
 
 from harness import baselines, faults, regress
 from harness import session as harness_session
+from harness.argtypes import non_negative_int, positive_float
 from harness.device import DEVICE_TYPES, Device, DeviceUnavailable, select, xdist_worker_index
 from harness.results import Record, RunResults
 from harness.session import BASELINE_MODES, FAIL_ON, RunState, Settings
@@ -56,26 +57,6 @@ MARKERS = {
 
 
 # --------------------------------------------------------------------------- options
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text, 0)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
-    return value
-
 
 def _stack_id(text: str) -> str:
     try:
@@ -108,7 +89,7 @@ OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
                           help="Exit non-zero on this verdict or worse: no-go, or review "
                                "(metrics moved beyond their baseline rule while every check "
                                "passes also fails the checks that moved). Default: %(default)r")),
-    (("--keep-results",), dict(default=20, type=_non_negative_int, metavar="N",
+    (("--keep-results",), dict(default=20, type=non_negative_int, metavar="N",
                                help="Keep the newest N run files in the results folder (0: "
                                     "all). Default: %(default)r")),
     (("--baseline-dir",), dict(default=None, metavar="PATH",
@@ -127,7 +108,7 @@ OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
     (("--inject-fault",), dict(action="append", default=[], metavar="NAME",
                                help="Activate a fault for the whole run (repeatable); NAME "
                                     "or package.module:NAME. Default: none")),
-    (("--seed",), dict(default=0, type=_non_negative_int, metavar="N",
+    (("--seed",), dict(default=0, type=non_negative_int, metavar="N",
                        help="Global seed; each test is seeded with N + crc32(nodeid). "
                             "Default: %(default)r")),
     (("--run-slow",), dict(action="store_true", default=False,
@@ -138,14 +119,14 @@ OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
     (("--op-filter",), dict(default=None, metavar="REGEX", type=_regex,
                             help="Only op cases whose id matches REGEX (re.search). "
                                  "Default: %(default)r")),
-    (("--op-budget",), dict(default=600.0, metavar="SECONDS", type=_positive_float,
+    (("--op-budget",), dict(default=600.0, metavar="SECONDS", type=positive_float,
                             help="Time budget of the OpInfo sweep; cases past it are "
                                  "skipped. Default: %(default)r")),
     (("--training-scale",), dict(default="small", choices=("small", "full"), metavar="SCALE",
                                  help="Training scale: small (CPU-sized models and step "
                                       "counts) or full (ResNet-18 proper, longer runs). "
                                       "Default: %(default)r")),
-    (("--dist-timeout",), dict(default=120.0, metavar="SECONDS", type=_positive_float,
+    (("--dist-timeout",), dict(default=120.0, metavar="SECONDS", type=positive_float,
                                help="Kill a distributed check's ranks after this long and "
                                     "fail naming the hung ranks. Default: %(default)r")),
 ]
@@ -251,6 +232,23 @@ def _register_hypothesis_profiles() -> None:
 
 
 _register_hypothesis_profiles()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """Refuse an unknown ``--hypothesis-profile`` before hypothesis' own plugin crashes on it."""
+    name = config.getoption("hypothesis_profile", None)
+    if name is None:
+        return None
+    from hypothesis import settings as hsettings
+
+    try:
+        hsettings.get_profile(name)
+    except Exception:  # noqa: BLE001 - hypothesis raises InvalidArgument for an unknown name
+        raise pytest.UsageError(f"--hypothesis-profile {name!r} is not a registered profile; "
+                                f"this harness registers {sorted(HYPOTHESIS_PROFILES)} (or "
+                                f"register your own in a conftest.py)") from None
+    return None
 
 
 def _load_hypothesis_profile(config: pytest.Config) -> None:

@@ -300,14 +300,15 @@ def remove_stale_temp_files(path: Union[str, Path]) -> list[Path]:
     removed = []
     for tmp in path.parent.glob(f".{path.name}.*.tmp"):
         pid = tmp.name[len(path.name) + 2:].split(".", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not pid_alive(int(pid)):
             with contextlib.suppress(OSError):
                 tmp.unlink()
                 removed.append(tmp)
     return removed
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (ours counts as running)."""
     if pid == os.getpid():
         return True
     try:

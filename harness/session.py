@@ -97,7 +97,7 @@ def not_compared_reason(state: RunState) -> str:
     if selection is None:
         return f"--baseline {state.settings.baseline_mode}"
     if selection.error:
-        return f"baseline unusable: {selection.error}"
+        return "the baseline is unusable (the ERROR line says why)"
     stored = baselines.stored_anywhere(state.settings.baseline_dir)
     listing = ", ".join(stored[:8]) + (f" and {len(stored) - 8} more" if len(stored) > 8 else "")
     return (f"no baseline for {fp['device_type']}/{fp['device_slug']}/{fp['stack_id']} or an "
@@ -152,10 +152,14 @@ def conclude(state: RunState, complete: bool) -> verdict.RunVerdict:
         _record_baseline(state, complete)
     if settings.alerts is not None:
         _write_alerts(state)
-    if len(state.errors) > len(judged.reasons) or state.errors and judged.level != verdict.NO_GO:
+    if len(state.errors) > len(judged.errors):
         # errors while writing come after the verdict: judge again so they count
-        state.verdict = judged = dataclasses.replace(
-            judged, level=verdict.NO_GO, reasons=[*state.errors, *judged.reasons])
+        state.verdict = judged = verdict.decide(
+            {rid: rec.status for rid, rec in run.records.items()}, state.findings,
+            failed_tests=failed_tests,
+            baseline_statuses={rid: rec.status for rid, rec in base.records.items()}
+            if base else None, errors=state.errors, compared=base is not None,
+            not_compared=not_compared_reason(state), complete=complete)
     return judged
 
 

@@ -171,8 +171,13 @@ def fingerprint(device) -> dict:
     """Everything that defines the stack the run measured, as a JSON-ready dict."""
     import torch
 
-    from harness.device import (blas_library, cpu_capability, cpu_identity, cpu_model_name,
-                                torch_npu_version)
+    from harness.device import (
+        blas_library,
+        cpu_capability,
+        cpu_identity,
+        cpu_model_name,
+        torch_npu_version,
+    )
 
     info: dict = {
         "device_type": device.type,

@@ -49,6 +49,7 @@ class RunVerdict:
     compared: bool
     not_compared: str = ""
     counts: dict[str, int] = dataclasses.field(default_factory=dict)
+    errors: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def headline(self) -> str:
@@ -69,7 +70,7 @@ class RunVerdict:
         return {"verdict": self.level.lower(), "reasons": self.reasons,
                 "failing": self.failing, "still_failing": self.still_failing,
                 "compared": self.compared, "not_compared": self.not_compared or None,
-                "counts": self.counts}
+                "counts": self.counts, "errors": self.errors}
 
 
 def decide(statuses: dict[str, str], findings: Iterable, *,
@@ -102,7 +103,9 @@ def decide(statuses: dict[str, str], findings: Iterable, *,
     errors = list(errors)
     if not complete:
         reasons.append("the session did not complete")
-    reasons += errors
+    if errors:
+        first = errors[0] if len(errors[0]) <= 90 else errors[0][:87] + "..."
+        reasons.append(f"{len(errors)} error(s): {first}")
     if failing:
         new = len(failing) - len(still)
         text = f"{len(failing)} failing check(s)"
@@ -124,4 +127,4 @@ def decide(statuses: dict[str, str], findings: Iterable, *,
     counts = {"records": len(statuses), "failing": len(failing),
               "failed_tests": len(failed_tests), **kinds}
     return RunVerdict(level, reasons, failing or failed_tests, still, compared,
-                      "" if compared else (not_compared or "no baseline"), counts)
+                      "" if compared else (not_compared or "no baseline"), counts, errors)
