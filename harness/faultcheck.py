@@ -13,6 +13,7 @@ faults), started in its own process group and killed whole on timeout.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import json
 import os
@@ -59,34 +60,132 @@ class FaultResult:
                 "seconds": round(self.run.seconds, 1)}
 
 
+# Note [Fault runs from a fork server]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# Each fault needs a fresh process (a patched torch API or a dispatch mode must not leak
+# into the next fault's run), and most of a fresh pytest process's time is start-up:
+# importing torch, pytest, hypothesis and the harness. So on platforms with ``fork``, runs
+# start from a *fork server* (:mod:`multiprocessing`'s ``forkserver`` context) that imports
+# those modules once and has run no torch op (so no intra-op thread pool exists to be
+# broken by ``fork``); every run is a fork of it: a fresh process in its own session,
+# already past the imports. ``HARNESS_FAULTS_SUBPROCESS=1`` (or a platform without
+# ``fork``) runs ``python -m pytest`` per run instead; outcomes are the same either way,
+# read from the results file each run writes.
+
+PRELOAD = ("torch", "numpy", "pytest", "hypothesis", "harness.plugin", "harness.ops.catalog",
+           "harness.training", "harness.memory", "harness.distributed")
+"""Modules the fork server imports once (Note [Fault runs from a fork server])."""
+
+_CONTEXT = None
+
+
+def _fork_context():
+    """The forkserver context, started on first use; None where fork is unavailable."""
+    global _CONTEXT
+    if os.environ.get("HARNESS_FAULTS_SUBPROCESS") == "1":
+        return None
+    if _CONTEXT is None:
+        import multiprocessing
+
+        if "forkserver" not in multiprocessing.get_all_start_methods():
+            return None
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(list(PRELOAD))
+        _CONTEXT = context
+    return _CONTEXT
+
+
+def _pytest_args(args: Sequence[str], results_dir: Path) -> list[str]:
+    return ["-q", "-p", "no:cacheprovider", "--results-dir", str(results_dir),
+            "--fail-on", "review", *args]
+
+
+def _child(args: list[str], root: str, env: dict, log: str) -> None:
+    """A forked run: own session, the run's environment and folder, pytest in-process."""
+    os.setsid()
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(root)
+    sys.path.insert(0, root)  # what `python -m pytest` does
+    import pytest
+
+    code = 3
+    try:
+        code = int(pytest.main(args))
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)  # a fork leaves without the server's atexit handlers
+
+
 def run_pytest(args: Sequence[str], results_dir: Path, *, root: Path, timeout: float,
                env: Optional[dict] = None) -> RunOutcome:
-    """Run pytest in a child process group; outcomes come from the results file it writes."""
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-               "--results-dir", str(results_dir), "--fail-on", "review", *args]
+    """Run pytest in a fresh process of its own session (Note [Fault runs from a fork
+    server]); outcomes come from the results file it writes."""
     start = time.monotonic()
     child_env = {k: v for k, v in os.environ.items() if k != ENV_VAR}
     child_env.update(env or {})
-    proc = subprocess.Popen(command, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env=child_env, start_new_session=True)
-    try:
-        output, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        output, _ = proc.communicate()
-        output += f"\n[faults check] killed after {timeout:.0f} s"
-    finally:
-        try:  # no process outlives its run, grandchildren included
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+    context = _fork_context()
+    if context is None:
+        exit_code, output = _run_subprocess(_pytest_args(args, results_dir), root, timeout,
+                                            child_env)
+    else:
+        exit_code, output = _run_forked(context, _pytest_args(args, results_dir), root,
+                                        timeout, child_env)
     outcomes: dict[str, str] = {}
     for path in sorted(results_dir.glob("*.json")):
         try:
             outcomes.update(json.loads(path.read_text()).get("outcomes", {}))
         except (OSError, ValueError):
             continue
-    return RunOutcome(proc.returncode, outcomes, time.monotonic() - start, output)
+    return RunOutcome(exit_code, outcomes, time.monotonic() - start, output)
+
+
+def _kill_group(pid: int) -> None:
+    try:  # no process outlives its run, grandchildren included
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _run_forked(context, args: list[str], root: Path, timeout: float,
+                env: dict) -> tuple[int, str]:
+    with tempfile.NamedTemporaryFile(prefix="harness-fault-run-", suffix=".log",
+                                     delete=False) as handle:
+        log = handle.name
+    try:
+        proc = context.Process(target=_child, args=(args, str(root), env, log), daemon=False)
+        proc.start()
+        proc.join(timeout)
+        killed = proc.exitcode is None
+        _kill_group(proc.pid)
+        if killed:
+            proc.join()
+        output = Path(log).read_text(errors="replace")
+        if killed:
+            output += f"\n[faults check] killed after {timeout:.0f} s"
+        return (proc.exitcode if proc.exitcode is not None else -9), output
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(log)
+
+
+def _run_subprocess(args: list[str], root: Path, timeout: float, env: dict) -> tuple[int, str]:
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", *args], cwd=root,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc.pid)
+        output, _ = proc.communicate()
+        output += f"\n[faults check] killed after {timeout:.0f} s"
+    finally:
+        _kill_group(proc.pid)
+    return proc.returncode, output
 
 
 def check(selected: Sequence[Fault], *, root: Path, device: str = "cpu", jobs: int = 2,
