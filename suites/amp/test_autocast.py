@@ -122,20 +122,24 @@ def test_nested_autocast_disabled_computes_fp32(device, results, amp):
             probs = torch.softmax(inner, -1)
         after = F.linear(inner, w2.to(place))
     ref_inner = F.linear(hidden.cpu().double(), w2.double())
-    err = float(((inner.cpu().double() - ref_inner).abs()
-                 / (ref_inner.abs() + 1e-3)).max())
+    # judged against the dot products' condition sum |a_i b_i| (Note [Condition of products
+    # and reductions] in harness/compare.py): a correct fp32 kernel is within K * 2^-24 of it
+    condition = F.linear(hidden.cpu().double().abs(), w2.double().abs())
+    err = float(((inner.cpu().double() - ref_inner).abs() / condition.clamp_min(1e-30)).max())
+    allowed = 2 * w2.shape[1] * 2.0**-24
     dtypes = {"hidden": hidden.dtype, "inner": inner.dtype, "probs": probs.dtype,
               "after": after.dtype}
     names = {k: str(v).replace("torch.", "") for k, v in dtypes.items()}
     ok = (dtypes["hidden"] == amp_dtype and dtypes["inner"] == torch.float32
-          and dtypes["probs"] == torch.float32 and dtypes["after"] == amp_dtype and err < 1e-4)
+          and dtypes["probs"] == torch.float32 and dtypes["after"] == amp_dtype and err < allowed)
     results.record(
         f"amp/autocast_nested_disabled/{amp}", status="pass" if ok else "fail",
         metrics={"inner_dtype": names["inner"], "inner_rel_err": err,
                  "outer_dtype": names["after"]},
         rules={"inner_dtype": equal(), "outer_dtype": equal(),
-               "inner_rel_err": lower(rel=4.0, abs=1e-6)},
+               "inner_rel_err": lower(rel=4.0, abs=1e-7)},
         info=names,
         message=f"nested autocast(enabled=False) inside autocast({amp}): dtypes {names} "
-                f"(expected hidden/after {amp}, inner/probs float32); inner rel err vs fp64 "
-                f"{err:.3g} (allowed 1e-4)\n{results.reproduce}")
+                f"(expected hidden/after {amp}, inner/probs float32); inner error vs fp64 "
+                f"relative to sum|a_i b_i| {err:.3g} (allowed {allowed:.3g})\n"
+                f"{results.reproduce}")
