@@ -2,9 +2,12 @@
 
 :func:`run_case` takes a :class:`~harness.device.Device` and plain values (an entry, a
 dtype name, a sample, a seed), builds the inputs with a seeded generator, runs the op
-forward and backward inside ``device.scope()``, runs the up-cast reference and the
-low-precision reference outside it, and returns one :class:`Outcome` per direction
-(``fwd``, ``bwd``) with a :class:`~harness.compare.Verdict` per output / input gradient.
+forward and backward as the DUT (:func:`harness.ops.policy.watch`: inside
+``device.scope()``, with CPU-fallback capture and the aten ops it dispatched), runs the
+up-cast reference and the low-precision reference outside it, and returns one
+:class:`CaseOutcome` per direction (``fwd``, ``bwd``) with a
+:class:`~harness.compare.Verdict` per output / input gradient. Exceptions, standards and
+judging follow the one op policy (:mod:`harness.ops.policy`), as in the OpInfo sweep.
 
 Ids (stable across runs and torch versions: built from catalog names only):
 case id ``<op>-<dtype>-<fwd|bwd>-<sample>`` (what ``--op-filter`` matches) and record id
@@ -19,7 +22,8 @@ from typing import Any, Optional
 
 import torch
 
-from harness.compare import Verdict, compare_outputs
+from harness.compare import Verdict
+from harness.ops import policy
 from harness.ops.spec import DTYPES, UPCAST, OpEntry, Sample, T, case_seed, materialize
 
 DIRECTIONS = ("fwd", "bwd")
@@ -39,16 +43,21 @@ def filter_regex(case: str) -> str:
 
 
 @dataclasses.dataclass
-class Outcome:
-    """One direction of one case: a verdict per output (fwd) or input gradient (bwd)."""
+class CaseOutcome:
+    """One direction of one case: a verdict per output (fwd) or input gradient (bwd).
+
+    ``info`` holds ``aten_ops`` (Note [Aten ops of a record] in :mod:`harness.ops.policy`)
+    and, with status ``fallback``, ``fallback_ops``.
+    """
 
     op: str
     dtype: str
     direction: str
     sample: str
-    status: str = "pass"                  # pass | fail | error | unsupported
+    status: str = "pass"                  # pass | fail | error | unsupported | fallback
     verdicts: dict[str, Verdict] = dataclasses.field(default_factory=dict)
     error: str = ""
+    info: dict = dataclasses.field(default_factory=dict)
 
     @property
     def case_id(self) -> str:
@@ -121,13 +130,6 @@ def _prepare(values: list, specs: tuple, device: torch.device, float_dtype: Opti
     return args, leaves
 
 
-def _status_of(exc: BaseException) -> str:
-    text = str(exc)
-    if isinstance(exc, NotImplementedError) or "not implemented for" in text:
-        return "unsupported"
-    return "error"
-
-
 def _differentiable(outs: list[tuple[str, Optional[torch.Tensor]]]) -> list[torch.Tensor]:
     return [t for _, t in outs if t is not None and t.requires_grad and t.is_floating_point()]
 
@@ -141,12 +143,17 @@ def _grads(outs: list[torch.Tensor], leaves: list[torch.Tensor],
 
 def _execute(entry: OpEntry, values: list, sample: Sample, device: torch.device,
              float_dtype: Optional[torch.dtype], backward: bool,
-             grad_outputs: Optional[list[torch.Tensor]], gen: Optional[torch.Generator]):
-    """Forward (+ backward) of one execution; makes grad_outputs from ``gen`` if not given."""
+             grad_outputs: Optional[list[torch.Tensor]], gen: Optional[torch.Generator],
+             seen: Optional[policy.Watch] = None):
+    """Forward (+ backward) of one execution; makes grad_outputs from ``gen`` if not given.
+    ``seen`` (the DUT's :class:`~harness.ops.policy.Watch`) is switched to ``bwd`` before
+    the backward."""
     args, leaves = _prepare(values, sample.args, device, float_dtype, backward)
     outs = _labelled(entry.fn(*args, **sample.kwargs))
     grads: Optional[list] = None
     if backward:
+        if seen is not None:
+            seen.phase = "bwd"
         diff = _differentiable(outs)
         if grad_outputs is None:
             grad_outputs = [torch.randn(t.shape, generator=gen).to(t.dtype) for t in diff]
@@ -168,7 +175,7 @@ def _grad_labels(sample: Sample) -> list[str]:
 # ---------------------------------------------------------------------------- runner
 
 def run_case(device, entry: OpEntry, dtype: str, sample: Sample, seed: int = 0,
-             directions: tuple[str, ...] = DIRECTIONS) -> list[Outcome]:
+             directions: tuple[str, ...] = DIRECTIONS) -> list[CaseOutcome]:
     """Run one case (op x dtype x sample) and judge it; never raises for op failures.
 
     Args:
@@ -179,14 +186,14 @@ def run_case(device, entry: OpEntry, dtype: str, sample: Sample, seed: int = 0,
         directions: which of ``fwd``/``bwd`` to report (``bwd`` only where the entry and
             the dtype have a backward).
     Returns:
-        One :class:`Outcome` per reported direction.
+        One :class:`CaseOutcome` per reported direction.
     """
     gen = torch.Generator().manual_seed(case_seed(seed, entry.name, dtype, sample.name))
     torch_dtype = DTYPES[dtype]
     is_float = torch_dtype.is_floating_point
     backward = entry.backward and is_float and "bwd" in directions
     wanted = [d for d in directions if d == "fwd" or backward]
-    outcomes = {d: Outcome(entry.name, dtype, d, sample.name) for d in wanted}
+    outcomes = {d: CaseOutcome(entry.name, dtype, d, sample.name) for d in wanted}
     if not outcomes:
         return []
     values = materialize(sample, dtype, gen)
@@ -194,18 +201,21 @@ def run_case(device, entry: OpEntry, dtype: str, sample: Sample, seed: int = 0,
         return entry.judge(device, entry, dtype, sample, values, gen, outcomes)
 
     # ---- the DUT (faults act here)
+    seen = policy.Watch()
     try:
-        with device.scope():
+        with policy.watch(device) as seen:
             dut_outs, dut_grads, grad_outputs = _execute(
                 entry, values, sample, device.torch_device, torch_dtype if is_float else None,
-                backward, None, gen)
-            device.synchronize()
+                backward, None, gen, seen)
     except Exception as exc:  # noqa: BLE001 - a failing DUT op is a record, not a crash
-        status = _status_of(exc)
+        status, reason = policy.classify_exception(exc)
         for outcome in outcomes.values():
             outcome.status = status
             outcome.error = f"DUT raised {type(exc).__name__}: {exc}"
+            outcome.info = {"aten_ops": seen.info(), "exception": reason}
         return list(outcomes.values())
+    for outcome in outcomes.values():
+        outcome.info["aten_ops"] = seen.info()
 
     # ---- the references (never in scope)
     cpu = torch.device("cpu")
@@ -235,10 +245,17 @@ def run_case(device, entry: OpEntry, dtype: str, sample: Sample, seed: int = 0,
     if "bwd" in outcomes:
         _judge_all(outcomes["bwd"], dut_grads or [], ref_grads or [], low_grads,
                    _grad_labels(sample), entry.gradient_standard)
+    if seen.fallback:  # right numbers, but on the host CPU
+        for outcome in outcomes.values():
+            outcome.info["fallback_ops"] = list(seen.fallback.ops)
+            if outcome.status == "pass":
+                outcome.status = "fallback"
+                outcome.error = (f"the DUT ran {', '.join(seen.fallback.ops)} on the host "
+                                 f"CPU ({seen.fallback.describe()})")
     return list(outcomes.values())
 
 
-def _judge_all(outcome: Outcome, duts: list, refs: list, lows: Optional[list],
+def _judge_all(outcome: CaseOutcome, duts: list, refs: list, lows: Optional[list],
                labels: list[str], standard: str) -> None:
     if len(duts) != len(refs):
         outcome.status = "error"
@@ -254,7 +271,7 @@ def _judge_all(outcome: Outcome, duts: list, refs: list, lows: Optional[list],
                              f"the reference {'has one' if dut is None else 'has none'}")
             continue
         low = lows[index] if lows is not None and index < len(lows) else None
-        verdict = compare_outputs(dut, ref, low, standard=standard)
+        verdict, _ = policy.judge(dut, ref, low, standard)
         outcome.verdicts[label] = verdict
         if not verdict.passed and outcome.status == "pass":
             outcome.status = "fail"

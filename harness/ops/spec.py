@@ -24,6 +24,8 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
+from harness.ops.policy import GRAD_STANDARDS, OP_STANDARDS, op_names, standard_for
+
 FLOATS = ("float32", "float16", "bfloat16")
 INTS = ("int32", "int64")
 
@@ -99,9 +101,12 @@ class OpEntry:
         dtypes: dtype names it is tested in (floats, plus ints where the op takes them).
         backward: whether input gradients are checked too.
         standard: the forward outputs' precision standard (:data:`harness.compare.STANDARDS`);
-            integer/bool outputs are always exact.
-        grad_standard: the input gradients' standard (default: ``ulp`` for ulp ops, else
-            ``relative``: a gradient is rarely a single rounding).
+            integer/bool outputs are always exact. Leave it unset: it comes from the one
+            standards table, :func:`harness.ops.policy.standard_for` (an explicit value is
+            for entries outside the catalog, e.g. in tests).
+        grad_standard: the input gradients' standard (unset: from the same table, which
+            says ``ulp`` for ulp ops, else ``relative``: a gradient is rarely a single
+            rounding).
         judge: a custom check for ops whose output is random (dropout): called instead of
             the reference comparison, see :mod:`harness.ops.stats`.
         note: why a sample or standard is what it is (ties, domains...).
@@ -112,15 +117,22 @@ class OpEntry:
     samples: tuple[Sample, ...]
     dtypes: tuple[str, ...] = FLOATS
     backward: bool = True
-    standard: str = "relative"
+    standard: Optional[str] = None
     grad_standard: Optional[str] = None
     judge: Optional[Callable[..., Any]] = None
     note: str = ""
+
+    def __post_init__(self) -> None:
+        if self.standard is None:  # the one table (harness.ops.policy)
+            object.__setattr__(self, "standard", standard_for(self.name, "float32"))
 
     @property
     def gradient_standard(self) -> str:
         if self.grad_standard is not None:
             return self.grad_standard
+        names = op_names(self.name)
+        if any(n in OP_STANDARDS or n in GRAD_STANDARDS for n in names):
+            return standard_for(self.name, "float32", "bwd")
         return "ulp" if self.standard == "ulp" else "relative"
 
 
