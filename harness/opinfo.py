@@ -7,9 +7,12 @@ its own sample inputs per dtype (float32, float16, bfloat16 where the CPU refere
 supports them), forward and, where the op has autograd, backward. Every case becomes a
 record, so the results double as the DUT's capability matrix:
 
-* ``pass`` / ``fail``: compared with :func:`harness.compare.compare_outputs` against the
-  CPU up-cast reference and the CPU low-precision reference (DESIGN.md);
-* ``unsupported``: the DUT raised "not implemented" (no kernel for this op/dtype);
+* ``pass`` / ``fail``: judged by :func:`harness.ops.policy.judge` against the CPU up-cast
+  reference and the CPU low-precision reference (DESIGN.md), under the op's standard from
+  the one standards table (:func:`harness.ops.policy.standard_for`, shared with the
+  catalog);
+* ``unsupported``: the DUT raised "no kernel for this op/dtype"
+  (:func:`harness.ops.policy.classify_exception`, shared with the catalog);
 * ``fallback``: the numbers are right but the DUT ran the op on the host CPU
   (:mod:`harness.fallback`);
 * ``error``: the DUT crashed in another way; ``skip``: out of budget, the reference
@@ -54,7 +57,7 @@ from typing import Any, Callable, Iterable, Optional
 
 import torch
 
-from harness import fallback
+from harness.ops import policy
 from harness.results import lower
 
 DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16")
@@ -101,15 +104,6 @@ SKIP_OPS: dict[str, str] = {
     "torch.ops.aten._efficient_attention_forward": "nondeterministic output (OpInfo says so)",
 }
 
-# Precision standard per op (DESIGN.md "Precision standards"); everything else is
-# "relative" (DUT error judged against the CPU's own error in the same dtype), and
-# integer/bool outputs are always exact (harness.compare).
-STANDARDS: dict[str, str] = {
-    **{name: "ulp" for name in ("mm", "bmm", "matmul", "addmm", "addmm:decomposed", "baddbmm",
-                                "addbmm", "nn.functional.linear", "__rmatmul__")},
-}
-DEFAULT_STANDARD = "relative"
-
 # The default (non-slow) slice: these ops in float32 run in the ordinary CI selection, so
 # the sweep itself is exercised on every run; the full sweep (marked slow) takes the rest.
 SLICE_OPS: tuple[str, ...] = (
@@ -123,12 +117,6 @@ SLICE_OPS: tuple[str, ...] = (
     "gather", "index_select", "scatter_add", "cat", "stack", "permute", "flip",
 )
 SLICE_DTYPE = "float32"
-
-_UNSUPPORTED = re.compile(
-    r"not (currently )?implemented|could not run|not supported|unsupported|no kernel|"
-    r"does not support|is not available for|not compiled with|no (npu|cuda|xpu) "
-    r"implementation", re.IGNORECASE)
-
 
 # ------------------------------------------------------------------------ op_db access
 
@@ -235,10 +223,6 @@ def find_op(op_db: Iterable, key: str):
         if op_key(op) == key:
             return op
     raise KeyError(f"no OpInfo {key!r} in op_db of torch {torch.__version__}")
-
-
-def standard_for(key: str) -> str:
-    return STANDARDS.get(key, STANDARDS.get(key.split(":", 1)[0], DEFAULT_STANDARD))
 
 
 # --------------------------------------------------------------------- sample identity
@@ -439,8 +423,11 @@ def _cotangents(like: list[torch.Tensor], seed: int) -> list[torch.Tensor]:
 
 
 def _run(op, sample, *, device: torch.device, from_dtype: torch.dtype, to_dtype: torch.dtype,
-         backward: bool, cotangent_seed: int, scope: Callable[[], Any]) -> _Run:
-    """Run the op (and its backward) on converted copies of the sample inside ``scope``."""
+         backward: bool, cotangent_seed: int, scope: Callable[[], Any],
+         seen: Optional[policy.Watch] = None) -> _Run:
+    """Run the op (and its backward) on converted copies of the sample inside ``scope``;
+    ``seen`` (the DUT's :class:`~harness.ops.policy.Watch`) notes the op call as ``fwd`` and
+    the backward call as ``bwd``, not the harness's copies and cotangents."""
     leaves: list[torch.Tensor] = []
     copy = _copier(device, from_dtype, to_dtype, backward, leaves)
     run = _Run()
@@ -453,7 +440,7 @@ def _run(op, sample, *, device: torch.device, from_dtype: torch.dtype, to_dtype:
         return run
     with scope():
         try:
-            with torch.set_grad_enabled(backward):
+            with torch.set_grad_enabled(backward), _noting(seen, "fwd"):
                 run.out = op(inp, *args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - classified by the caller
             run.error = exc
@@ -464,18 +451,30 @@ def _run(op, sample, *, device: torch.device, from_dtype: torch.dtype, to_dtype:
                 if outs:
                     cots = [c.to(device=o.device, dtype=o.dtype)
                             for c, o in zip(_cotangents(outs, cotangent_seed), outs)]
-                    run.grads = list(torch.autograd.grad(outs, leaves, cots,
-                                                         allow_unused=True))
+                    with _noting(seen, "bwd"):
+                        run.grads = list(torch.autograd.grad(outs, leaves, cots,
+                                                             allow_unused=True))
             except Exception as exc:  # noqa: BLE001 - classified by the caller
                 run.grad_error = exc
     return run
 
 
+@contextlib.contextmanager
+def _noting(seen: Optional[policy.Watch], phase: str):
+    """Note the block's aten ops under ``phase`` in ``seen`` (Note [Aten ops of a record])."""
+    if seen is None:
+        yield
+        return
+    seen.phase = phase
+    try:
+        yield
+    finally:
+        seen.phase = None
+
+
 def classify_error(exc: BaseException) -> str:
-    """``unsupported`` for "no kernel for this op/dtype" errors, else ``error``."""
-    if isinstance(exc, NotImplementedError) or _UNSUPPORTED.search(str(exc)):
-        return "unsupported"
-    return "error"
+    """``unsupported`` or ``error``: :func:`harness.ops.policy.classify_exception`."""
+    return policy.classify_exception(exc)[0]
 
 
 def _short(exc: BaseException, limit: int = 300) -> str:
@@ -495,14 +494,14 @@ def _comparable(t: Any) -> Any:
     return t
 
 
-def compare_values(dut: list, ref: list, lowp: list, standard: str, prefix: str = "o"):
+def compare_values(dut: list, ref: list, lowp: list, standard: str, prefix: str = "out"):
     """Compare flattened outputs; returns (ok, metrics, rules, messages, notes).
 
     Metrics of the i-th tensor are named ``<prefix><i>.<metric>`` when there are several
-    (``o`` for outputs, ``g`` for input gradients), plain ``<metric>`` for a single one.
+    (``out`` for outputs, ``grad`` for input gradients: the catalog's names), plain
+    ``<metric>`` for a single one. Each tensor is judged by
+    :func:`harness.ops.policy.judge`, so its metrics are the catalog's for the same input.
     """
-    from harness.compare import compare_outputs
-
     metrics: dict = {}
     rules: dict = {}
     messages: list[str] = []
@@ -526,26 +525,15 @@ def compare_values(dut: list, ref: list, lowp: list, standard: str, prefix: str 
         tensor_index += 1
         if not isinstance(r, torch.Tensor) or r.shape != lp.shape:
             r = lp  # the up-cast run returned something else: judge against the CPU
-        std = standard
-        if not (d.is_floating_point() and r.is_floating_point()) or d.dtype not in (
-                torch.float16, torch.bfloat16, torch.float32, torch.float64):
-            std = "exact"
-            r = lp
-        lowp_arg = lp if (lp.dtype == d.dtype and lp.shape == d.shape) else None
+            notes.append(f"output {i}: the up-cast run gave no comparable value; judged "
+                         "against the CPU in the tested dtype")
         if d.dtype != lp.dtype:
             ok = False
             messages.append(f"output {i}: DUT dtype {dtype_name(d.dtype)} != reference dtype "
                             f"{dtype_name(lp.dtype)}")
             continue
-        verdict = compare_outputs(d, r, lowp_arg, standard=std)
-        if not verdict.passed and lowp_arg is not None:
-            verdict = _no_worse_than_cpu(verdict, lowp_arg, r, std)
-            if verdict.passed:
-                notes.append(f"output {i}: the CPU misses the {std!r} standard in this dtype "
-                             "too; judged against the CPU")
+        verdict, std = policy.judge(d, r, lp, standard)
         for name, value in verdict.metrics.items():
-            if name in ("numel",) or name.startswith("ref_"):
-                continue
             metrics[name_prefix + name] = value
         for name, rule in verdict.rules.items():
             if name_prefix + name in metrics:
@@ -554,44 +542,6 @@ def compare_values(dut: list, ref: list, lowp: list, standard: str, prefix: str 
             ok = False
             messages.append(f"output {i} ({std}): {verdict.message}")
     return ok, metrics, rules, messages, notes
-
-
-# Note [When the CPU fails the standard too]
-# Some samples are ill-conditioned in the tested dtype: the CPU computing in that dtype
-# misses the standard against the up-cast reference itself (a gradient that is exactly 0
-# in fp32 but 2e-4 in fp16 has cosine 0). No kernel as good as the CPU's can pass, so the
-# DUT is then judged against the CPU instead: each error metric within the relative
-# standard's multipliers of the CPU's, no more NaN/Inf disagreements, and a cosine no
-# lower (by 1e-3). The verdict's message says so when it still fails.
-_CPU_MULTIPLIERS = {"max_abs_err": 10.0, "max_rel_err": 10.0, "mean_rel_err": 2.0,
-                    "rmse": 2.0, "small_abs_err": 2.0, "ulp_mean": 2.0}
-
-
-def _no_worse_than_cpu(verdict, lowp: torch.Tensor, ref: torch.Tensor, standard: str):
-    from harness.compare import compare_outputs
-
-    cpu = compare_outputs(lowp, ref, lowp, standard=standard)
-    if cpu.passed:
-        return verdict  # the CPU meets the standard: so must the DUT
-    eps = torch.finfo(lowp.dtype).eps
-    worse = []
-    for name, mult in _CPU_MULTIPLIERS.items():
-        if name in verdict.metrics and name in cpu.metrics:
-            mine, theirs = float(verdict.metrics[name]), float(cpu.metrics[name])
-            if mine > mult * max(theirs, eps * (1.0 if "rel" in name else 1e-30)) and mine > 0:
-                worse.append(f"{name} {mine:.6g} > {mult:g}x the CPU's {theirs:.6g}")
-    for name in ("nan_inf_mismatch",):
-        if float(verdict.metrics.get(name, 0)) > float(cpu.metrics.get(name, 0)):
-            worse.append(f"{name} {verdict.metrics[name]:g} > the CPU's {cpu.metrics[name]:g}")
-    if "cosine" in verdict.metrics and "cosine" in cpu.metrics:
-        if float(verdict.metrics["cosine"]) < float(cpu.metrics["cosine"]) - 1e-3:
-            worse.append(f"cosine {verdict.metrics['cosine']:.6g} < the CPU's "
-                         f"{cpu.metrics['cosine']:.6g}")
-    if not worse:
-        return dataclasses.replace(verdict, passed=True, message="")
-    return dataclasses.replace(verdict, message=(
-        verdict.message + "\nThe CPU in this dtype misses the standard too (Note [When the "
-        "CPU fails the standard too]); the DUT is worse than the CPU: " + "; ".join(worse)))
 
 
 def _plain(value: Any) -> Any:
@@ -646,7 +596,8 @@ def run_case(op, case: Case, device, *, limit: int = SAMPLES_PER_CASE,
 def _run_sample(op, case: Case, sample, digest: str, device, dtype: torch.dtype,
                 up: torch.dtype, backward: bool, reproduce: str) -> list[Outcome]:
     fwd_id, bwd_id = f"{case.id}/fwd/{digest}", f"{case.id}/bwd/{digest}"
-    standard = standard_for(case.key)
+    standard = policy.standard_for(case.key, dtype)
+    grad_standard = policy.standard_for(case.key, dtype, "bwd")
     cot_seed = zlib.crc32(bwd_id.encode("utf-8"))
     cpu = torch.device("cpu")
     info = {"signature": sample_signature(sample, dtype)[:500], "standard": standard}
@@ -666,25 +617,20 @@ def _run_sample(op, case: Case, sample, digest: str, device, dtype: torch.dtype,
         info["reference"] = f"{case.dtype} (up-cast failed: {_short(ref.error, 120)})"
         ref = lowp
 
-    capture_stderr = fallback.default_stderr_capture(device.type)
-
-    @contextlib.contextmanager
-    def dut_scope():
-        with device.scope(), fallback.capture(stderr=capture_stderr) as seen:
-            captures.append(seen)
-            yield
-            device.synchronize()
-
-    captures: list[fallback.Capture] = []
+    seen = policy.Watch(phase=None)
     dut = _run(op, sample, device=device.torch_device, from_dtype=dtype, to_dtype=dtype,
-               backward=wants_grad, cotangent_seed=cot_seed, scope=dut_scope)
-    fell_back = [op_name for c in captures for op_name in c.ops]
+               backward=wants_grad, cotangent_seed=cot_seed,
+               scope=lambda: policy.watch(device, into=seen), seen=seen)
+    fell_back = list(seen.fallback.ops)
+    info["aten_ops"] = seen.info()
     where = f" [{device.type}, {case.dtype}, {standard}]"
     repro = f"\nreproduce: {reproduce}" if reproduce else ""
 
     def finish(record_id: str, ok: bool, metrics: dict, rules: dict, messages: list[str],
-               notes: list[str]):
-        extra = {**info, "notes": notes} if notes else dict(info)
+               notes: list[str], standard: str = standard):
+        extra = {**info, "standard": standard}
+        if notes:
+            extra["notes"] = notes
         if not ok:
             return Outcome(record_id, "fail", metrics, rules,
                            f"{record_id}{where}:\n" + "\n".join(messages) + repro, extra)
@@ -719,8 +665,9 @@ def _run_sample(op, case: Case, sample, digest: str, device, dtype: torch.dtype,
     if not pairs:
         return results
     d_list, r_list, lp_list = (list(x) for x in zip(*pairs))
-    ok, metrics, rules, messages, notes = compare_values(d_list, r_list, lp_list, standard, "g")
-    results.append(finish(bwd_id, ok, metrics, rules, messages, notes))
+    ok, metrics, rules, messages, notes = compare_values(d_list, r_list, lp_list, grad_standard,
+                                                         "grad")
+    results.append(finish(bwd_id, ok, metrics, rules, messages, notes, grad_standard))
     return results
 
 
@@ -735,7 +682,7 @@ def distinct_ops(all_cases: Iterable[Case]) -> int:
     return len({c.key.split(":", 1)[0] for c in all_cases})
 
 
-__all__ = ["Budget", "Case", "Outcome", "DTYPES", "SKIP_OPS", "SLICE_OPS", "STANDARDS",
+__all__ = ["Budget", "Case", "Outcome", "DTYPES", "SKIP_OPS", "SLICE_OPS",
            "cases", "classify_error", "compare_values", "distinct_ops", "find_op",
            "load_op_db", "op_key", "run_case", "sample_digest", "sample_signature",
            "samples", "select", "slice_and_rest", "unique_digests"]

@@ -227,14 +227,16 @@ class Watch:
     Attributes:
         fallback: ops the DUT ran on the host CPU (:class:`harness.fallback.Capture`).
         aten_ops: per phase, the aten packet names dispatched (Note [Aten ops of a record]).
-        phase: the phase dispatches are noted under now (``fwd`` / ``bwd``); set it
-            before running the backward.
+        phase: the phase dispatches are noted under now (``fwd`` / ``bwd``), or None
+            while the harness's own plumbing runs (input copies, cotangents): a pipeline
+            sets it around the op call and around the backward call only, so every
+            pipeline names the same ops for the same computation.
     """
 
     fallback: fallback.Capture = dataclasses.field(default_factory=fallback.Capture)
     aten_ops: dict[str, set] = dataclasses.field(
         default_factory=lambda: {"fwd": set(), "bwd": set()})
-    phase: str = "fwd"
+    phase: Optional[str] = "fwd"
 
     def info(self) -> dict:
         """``{"fwd": [...], "bwd": [...]}`` sorted, for ``info["aten_ops"]``."""
@@ -246,20 +248,22 @@ def _recorder(seen: Watch):
 
     class _AtenOps(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            seen.aten_ops.setdefault(seen.phase, set()).add(str(func.overloadpacket))
+            if seen.phase is not None:
+                seen.aten_ops.setdefault(seen.phase, set()).add(str(func.overloadpacket))
             return func(*args, **(kwargs or {}))
 
     return _AtenOps()
 
 
 @contextlib.contextmanager
-def watch(device, *, aten_ops: bool = True) -> Iterator[Watch]:
+def watch(device, *, aten_ops: bool = True, into: Optional[Watch] = None) -> Iterator[Watch]:
     """Run a block as the DUT: inside ``device.scope()``, with fallback capture and aten-op
     recording; synchronises the device before leaving.
 
-    Yields a :class:`Watch`, complete when the block exits (also when it raises).
+    Yields a :class:`Watch` (``into``, or a new one), complete when the block exits (also
+    when it raises).
     """
-    seen = Watch()
+    seen = into if into is not None else Watch()
     with device.scope(), fallback.capture(
             stderr=fallback.default_stderr_capture(device.type)) as found:
         seen.fallback = found

@@ -16,6 +16,7 @@ case id ``<op>-<dtype>-<fwd|bwd>-<sample>`` (what ``--op-filter`` matches) and r
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 from typing import Any, Optional
@@ -146,20 +147,40 @@ def _execute(entry: OpEntry, values: list, sample: Sample, device: torch.device,
              grad_outputs: Optional[list[torch.Tensor]], gen: Optional[torch.Generator],
              seen: Optional[policy.Watch] = None):
     """Forward (+ backward) of one execution; makes grad_outputs from ``gen`` if not given.
-    ``seen`` (the DUT's :class:`~harness.ops.policy.Watch`) is switched to ``bwd`` before
-    the backward."""
+    ``seen`` (the DUT's :class:`~harness.ops.policy.Watch`) notes the op call as ``fwd`` and
+    the backward call as ``bwd``, not the harness's copies and cotangents."""
+    phase = _Phase(seen)
     args, leaves = _prepare(values, sample.args, device, float_dtype, backward)
-    outs = _labelled(entry.fn(*args, **sample.kwargs))
+    with phase("fwd"):
+        outs = _labelled(entry.fn(*args, **sample.kwargs))
     grads: Optional[list] = None
     if backward:
-        if seen is not None:
-            seen.phase = "bwd"
         diff = _differentiable(outs)
         if grad_outputs is None:
             grad_outputs = [torch.randn(t.shape, generator=gen).to(t.dtype) for t in diff]
         gos = [g.to(device=device, dtype=t.dtype) for g, t in zip(grad_outputs, diff)]
-        grads = _grads(diff, leaves, gos)
+        with phase("bwd"):
+            grads = _grads(diff, leaves, gos)
     return outs, grads, grad_outputs
+
+
+class _Phase:
+    """``with phase("fwd"):`` notes the block's dispatches under ``fwd`` in a
+    :class:`~harness.ops.policy.Watch` (nothing without one)."""
+
+    def __init__(self, seen: Optional[policy.Watch]) -> None:
+        self.seen = seen
+
+    @contextlib.contextmanager
+    def __call__(self, name: str):
+        if self.seen is None:
+            yield
+            return
+        self.seen.phase = name
+        try:
+            yield
+        finally:
+            self.seen.phase = None
 
 
 def _grad_labels(sample: Sample) -> list[str]:
@@ -201,9 +222,9 @@ def run_case(device, entry: OpEntry, dtype: str, sample: Sample, seed: int = 0,
         return entry.judge(device, entry, dtype, sample, values, gen, outcomes)
 
     # ---- the DUT (faults act here)
-    seen = policy.Watch()
+    seen = policy.Watch(phase=None)
     try:
-        with policy.watch(device) as seen:
+        with policy.watch(device, into=seen):
             dut_outs, dut_grads, grad_outputs = _execute(
                 entry, values, sample, device.torch_device, torch_dtype if is_float else None,
                 backward, None, gen, seen)
