@@ -226,6 +226,14 @@ def matmul_samples(shapes: dict, *, kwargs=None) -> tuple[Sample, ...]:
     return tuple(out)
 
 
+def ties(kwargs: dict | None = None) -> tuple[Sample, ...]:
+    """Inputs exactly at an op's bounds (Note [Ties at a bound] in harness.ops.spec)."""
+    kw = dict(kwargs or {})
+    return (Sample("at_bounds", (T((16, 64), "ties"),), kw),
+            Sample("at_bounds_odd257", (T((3, 257), "ties"),), kw),
+            Sample("at_bounds_noncontig", (T((33, 17), "ties", noncontig=True),), kw))
+
+
 def pad_samples(mode: str) -> tuple[Sample, ...]:
     return (Sample("typical", (T((2, 3, 8, 8)),), {"pad": (1, 2, 2, 1), "mode": mode}),
             Sample("1d", (T((2, 3, 17)),), {"pad": (3, 2), "mode": mode}),
@@ -621,6 +629,13 @@ CATALOG: tuple[OpEntry, ...] = (
     E("trunc", torch.trunc, unary("wide"), backward=False),
     E("frac", torch.frac, unary("wide")),
     E("clamp", torch.clamp, unary(kwargs={"min": -0.5, "max": 0.75}), dtypes=FLOATS, note="bounds representable in every dtype, so the result is exact"),
+    # inputs equal to the bound, forward and backward (Note [Ties at a bound])
+    E("clamp_tie", torch.clamp, ties({"min": -0.5, "max": 0.75})),
+    E("clamp_min_tie", torch.clamp_min, ties({"min": -0.5})),
+    E("clamp_max_tie", torch.clamp_max, ties({"max": 0.75})),
+    E("hardtanh_tie", F.hardtanh, ties({"min_val": -0.5, "max_val": 0.75})),
+    E("relu6_tie", F.relu6, ties()),
+    E("relu_tie", F.relu, ties()),
     E("nan_to_num", torch.nan_to_num, unary()),
     E("add", torch.add, binary(), dtypes=FI),
     E("add_alpha", torch.add, binary(kwargs={"alpha": 0.5})),

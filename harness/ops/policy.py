@@ -108,7 +108,9 @@ _EXACT = (
     "sort", "sort_descending_stable", "argsort", "topk", "kthvalue", "median", "msort",
     "cummax", "max_pool1d", "max_pool2d", "max_pool3d", "adaptive_max_pool1d",
     "adaptive_max_pool2d", "hardshrink", "clip_grad_value_", "_foreach_maximum",
-    "_foreach_neg", "_foreach_abs", "_foreach_sign", "hardtanh_tie", "relu6_tie",
+    "_foreach_neg", "_foreach_abs", "_foreach_sign",
+    # the tie rows (Note [Ties at a bound] in harness.ops.spec): selection, exact both ways
+    "clamp_tie", "clamp_min_tie", "clamp_max_tie", "hardtanh_tie", "relu6_tie", "relu_tie",
 )
 _ABSOLUTE = (
     # one rounding of an elementary operation (msprobe's absolute threshold ops)
@@ -137,7 +139,7 @@ GRAD_STANDARDS: dict[str, str] = {
         "reshape", "flatten", "flip", "roll", "movedim", "split", "chunk", "unbind", "narrow",
         "squeeze_unsqueeze", "tril", "triu", "diagonal", "clone", "pad_constant",
         "pixel_shuffle", "pixel_unshuffle", "clamp_tie", "clamp_min_tie", "clamp_max_tie",
-        "hardtanh_tie", "relu6_tie")}
+        "hardtanh_tie", "relu6_tie", "relu_tie")}
 """Input-gradient standard where it is not the rule: a gradient of an ``ulp`` op is
 ``ulp``, every other gradient ``relative`` (a gradient is rarely a single rounding), and
 the gradient of a pure copy (layout ops) or of a selection at a bound is ``exact``."""

@@ -173,6 +173,24 @@ def _scaled_normal(scale: float, shift: float = 0.0):
     return draw
 
 
+# Note [Ties at a bound]: values an op with a bound (clamp, hardtanh, relu6, relu) maps
+# onto its bound, and the bounds themselves, each exactly representable in bf16/fp16/fp32.
+# About a third of the elements sit exactly on -0.5, 0, 0.75 or 6 (the bounds the catalog's
+# tie rows use), so the forward *and the gradient at the tie* (torch: clamp passes the
+# gradient at min <= x <= max, hardtanh/relu6/relu do not at their bounds) are checked on
+# the op itself.
+TIE_VALUES = (-6.0, -1.0, -0.5, -0.25, 0.0, 0.25, 0.5, 0.75, 1.0, 6.0, 7.0)
+TIE_BOUNDS = (-0.5, 0.0, 0.75, 6.0)
+
+
+def _ties(shape: Sequence[int], gen: torch.Generator) -> torch.Tensor:
+    values = torch.tensor(TIE_VALUES)
+    bounds = torch.tensor(TIE_BOUNDS)
+    pick = values[torch.randint(0, len(TIE_VALUES), tuple(shape), generator=gen)]
+    on_bound = bounds[torch.randint(0, len(TIE_BOUNDS), tuple(shape), generator=gen)]
+    return torch.where(torch.rand(tuple(shape), generator=gen) < 1 / 3, on_bound, pick)
+
+
 DOMAINS: dict[str, Callable[[Sequence[int], torch.Generator], torch.Tensor]] = {
     "normal": _scaled_normal(1.0),
     "positive": _uniform(0.25, 4.0),        # log, sqrt, rsqrt, reciprocal, pow base
@@ -186,12 +204,13 @@ DOMAINS: dict[str, Callable[[Sequence[int], torch.Generator], torch.Tensor]] = {
     "distinct": _distinct,
     "wide": _scaled_normal(3.0),            # exp/sinh inputs that reach far but stay finite
     "near1": _uniform(0.8, 1.25),           # products (prod, cumprod) that stay in range
+    "ties": _ties,                          # Note [Ties at a bound]
 }
 
 INT_DOMAINS: dict[str, tuple[int, int]] = {
     "normal": (-8, 9), "positive": (1, 9), "nonzero": (1, 9), "distinct": (-8, 9),
     "unit": (-1, 2), "prob": (0, 2), "above1": (2, 9), "large": (-100, 101), "small": (-2, 3),
-    "wide": (-20, 21), "near1": (1, 2),
+    "wide": (-20, 21), "near1": (1, 2), "ties": (-1, 2),
 }
 
 
