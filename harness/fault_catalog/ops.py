@@ -145,3 +145,37 @@ CLAMP_TIE_GRAD = patch_attr(
 )
 
 FAULTS += [HARDTANH_TIE_GRAD, CLAMP_TIE_GRAD]
+
+
+# ---- keyword semantics (harness.ops.keywords): kernels that ignore an option; only the
+# keyword-coverage samples (KEYWORD_SAMPLES in the catalog) pass it a non-default value
+
+def _bn_ignores_eps(original):
+    def batch_norm(input, running_mean, running_var, weight=None, bias=None,  # noqa: A002
+                   training=False, momentum=0.1, eps=1e-5):
+        return original(input, running_mean, running_var, weight, bias, training, momentum,
+                        1e-5)
+    return batch_norm
+
+
+BN_IGNORES_EPS = patch_attr(
+    "ops.batch_norm_ignores_eps", family="ops",
+    description="batch_norm ignores its eps argument (always 1e-5)",
+    target="torch.nn.functional.batch_norm", replace=_bn_ignores_eps,
+    checks=(f"{SUITE}::test_op[batch_norm-float32]",),
+)
+
+
+def _leaky_default_slope(out, args, kwargs):
+    x = args[0]
+    return torch.where(x > 0, x, x * 0.01)
+
+
+LEAKY_RELU_DEFAULT_SLOPE = perturb_op(
+    "ops.leaky_relu_ignores_negative_slope", family="ops",
+    description="leaky_relu ignores negative_slope (always the default 0.01)",
+    op="aten.leaky_relu.default", transform=_leaky_default_slope,
+    checks=(f"{SUITE}::test_op[leaky_relu-float32]",),
+)
+
+FAULTS += [BN_IGNORES_EPS, LEAKY_RELU_DEFAULT_SLOPE]

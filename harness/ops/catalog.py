@@ -248,8 +248,8 @@ def pad_samples(mode: str) -> tuple[Sample, ...]:
 # Small adapters so every row calls fn(*args, **kwargs); kept here, named, not lambdas
 # scattered through rows, so tracebacks say what ran.
 
-def _batch_norm(x, rm, rv, w, b, training=True):
-    return F.batch_norm(x, rm, rv, w, b, training=training)
+def _batch_norm(x, rm, rv, w, b, training=True, momentum=0.1, eps=1e-5):
+    return F.batch_norm(x, rm, rv, w, b, training=training, momentum=momentum, eps=eps)
 
 
 def _layer_norm(x, w, b, eps=1e-5):
@@ -260,19 +260,19 @@ def _rms_norm(x, w, eps=1e-6):
     return F.rms_norm(x, (x.shape[-1],), w, eps)
 
 
-def _clip_grad_norm(grads, max_norm=1.0, norm_type=2.0):
+def _clip_grad_norm(grads, max_norm=1.0, norm_type=2.0, **kw):
     params = [torch.nn.Parameter(torch.empty_like(g)) for g in grads]
     for param, grad in zip(params, grads):
         param.grad = grad.clone()
-    total = torch.nn.utils.clip_grad_norm_(params, max_norm, norm_type)
+    total = torch.nn.utils.clip_grad_norm_(params, max_norm, norm_type, **kw)
     return (total, *[p.grad for p in params])
 
 
-def _clip_grad_value(grads, clip_value=0.5):
+def _clip_grad_value(grads, clip_value=0.5, **kw):
     params = [torch.nn.Parameter(torch.empty_like(g)) for g in grads]
     for param, grad in zip(params, grads):
         param.grad = grad.clone()
-    torch.nn.utils.clip_grad_value_(params, clip_value)
+    torch.nn.utils.clip_grad_value_(params, clip_value, **kw)
     return tuple(p.grad for p in params)
 
 
@@ -317,16 +317,16 @@ def _embedding_bag(idx, weight, mode="mean"):
     return F.embedding_bag(idx, weight, mode=mode)
 
 
-def _sdpa(q, k, v, is_causal=False):
-    return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
+def _sdpa(q, k, v, attn_mask=None, is_causal=False, **kw):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask, is_causal=is_causal, **kw)
 
 
 def _prelu(x, w):
     return F.prelu(x, w)
 
 
-def _unflatten_fold(x, output_size=(8, 8), kernel_size=3):
-    return F.fold(x, output_size, kernel_size)
+def _unflatten_fold(x, output_size=(8, 8), kernel_size=3, **kw):
+    return F.fold(x, output_size, kernel_size, **kw)
 
 
 # --------------------------------------------------------------------------- catalog
@@ -626,6 +626,10 @@ CATALOG: tuple[OpEntry, ...] = (
     E("floor", torch.floor, unary("wide"), backward=False),
     E("ceil", torch.ceil, unary("wide"), backward=False),
     E("round", torch.round, unary("wide"), backward=False),
+    E("round_decimals", torch.round, (
+        Sample("decimals2", (T((16, 64), "wide"),), {"decimals": 2}),
+        Sample("decimals_neg1", (T((3, 257), "large"),), {"decimals": -1})), backward=False,
+      note="x * 10^d rounded then divided: not a single rounding, so relative, not exact"),
     E("trunc", torch.trunc, unary("wide"), backward=False),
     E("frac", torch.frac, unary("wide")),
     E("clamp", torch.clamp, unary(kwargs={"min": -0.5, "max": 0.75}), dtypes=FLOATS, note="bounds representable in every dtype, so the result is exact"),
@@ -640,6 +644,7 @@ CATALOG: tuple[OpEntry, ...] = (
     E("add", torch.add, binary(), dtypes=FI),
     E("add_alpha", torch.add, binary(kwargs={"alpha": 0.5})),
     E("sub", torch.sub, binary(), dtypes=FI),
+    E("sub_alpha", torch.sub, binary(kwargs={"alpha": 0.5})),
     E("mul", torch.mul, binary(), dtypes=FI),
     E("div", torch.div, binary("normal", "nonzero")),
     E("div_floor", torch.div, binary("wide", "nonzero", kwargs={"rounding_mode": "floor"}),
@@ -954,6 +959,8 @@ CATALOG: tuple[OpEntry, ...] = (
 _FOREACH: tuple[OpEntry, ...] = (
     E("_foreach_add", torch._foreach_add, foreach(2, list_kw={"alpha": 0.5}), backward=False),
     E("_foreach_sub", torch._foreach_sub, foreach(2), backward=False),
+    E("_foreach_sub_alpha", torch._foreach_sub, foreach(2, list_kw={"alpha": 0.5}),
+      backward=False, note="x - alpha * y: two roundings, so relative"),
     E("_foreach_mul", torch._foreach_mul, foreach(2), backward=False),
     E("_foreach_div", torch._foreach_div, foreach(2, ("normal", "nonzero")), backward=False),
     E("_foreach_mul_scalar", torch._foreach_mul, foreach(1, scalar=0.9), backward=False),
@@ -983,8 +990,142 @@ _FOREACH: tuple[OpEntry, ...] = (
     E("_foreach_sqrt_", _inplace("_foreach_sqrt_"), foreach(1, ("positive",)), backward=False),
 )
 
-CATALOG = tuple(dataclasses.replace(entry, fn=late_bound(entry.fn))
-                for entry in CATALOG + _FOREACH)
+# ---- keyword coverage (harness.ops.keywords): samples that give each documented option
+# of an op a non-default value, so a kernel that ignores the option fails. Small shapes:
+# the default run pays little for them.
+_L2 = [T((16, 64), grad=False), T((64,), grad=False)]
+_F64 = torch.float64  # dtype= options: accumulate and return in fp64
+KEYWORD_SAMPLES: dict[str, tuple[Sample, ...]] = {
+    "_foreach_norm": (Sample("ord1", (_L2,), {"ord": 1}),
+                      Sample("dtype_f64", (_L2,), {"dtype": _F64})),
+    "addbmm": (Sample("alpha_beta", (T((16, 8)), T((4, 16, 32)), T((4, 32, 8))),
+                      {"beta": 0.5, "alpha": 0.25}),),
+    "addmv": (Sample("alpha_beta", (T((16,)), T((16, 64)), T((64,))), {"beta": 0.5, "alpha": 2.0}),),
+    "all": (Sample("keepdim", (T((8, 33)),), {"dim": 0, "keepdim": True}),),
+    "any": (Sample("keepdim", (T((8, 33)),), {"dim": 0, "keepdim": True}),),
+    "argsort": (Sample("descending", (T((16, 64), "distinct"),),
+                       {"dim": 1, "descending": True, "stable": True}),),
+    "cdist": (Sample("p1", (T((16, 8)), T((12, 8))), {"p": 1.0}),),
+    "cumsum": (Sample("dtype_f64", (T((16, 64)),), {"dim": 1, "dtype": _F64}),),
+    "cumprod": (Sample("dtype_f64", (T((16, 64), "near1"),), {"dim": 1, "dtype": _F64}),),
+    "diagonal": (Sample("offset", (T((4, 8, 16)),), {"dim1": 1, "dim2": 2, "offset": 2}),),
+    "diff": (Sample("n2_prepend_append", (T((16, 64)), 2, 1, T((16, 3)), T((16, 2)))),),
+    "flatten": (Sample("end_dim", (T((4, 8, 16)),), {"start_dim": 0, "end_dim": 1}),),
+    "isclose": (Sample("tolerances", (T((16, 64)), T((16, 64))),
+                       {"rtol": 0.5, "atol": 0.1, "equal_nan": True}),),
+    "kthvalue": (Sample("keepdim", (T((16, 64), "distinct"), 5), {"dim": 1, "keepdim": True}),),
+    "logit": (Sample("eps", (T((16, 64), "prob"),), {"eps": 0.1}),),
+    "mean": (Sample("dtype_f64", (T((16, 64)),), {"dim": 1, "dtype": _F64}),),
+    "median": (Sample("keepdim", (T((16, 64), "distinct"),), {"dim": 1, "keepdim": True}),),
+    "nan_to_num": (Sample("replacements", (T((16, 64), "nonfinite"),),
+                          {"nan": 1.5, "posinf": 100.0, "neginf": -100.0}),),
+    "adaptive_max_pool1d": (Sample("indices", (T((2, 3, 23), "distinct"),),
+                                   {"output_size": 5, "return_indices": True}),),
+    "adaptive_max_pool2d": (Sample("indices", (T((2, 3, 11, 13), "distinct"),),
+                                   {"output_size": (4, 5), "return_indices": True}),),
+    "avg_pool1d": (Sample("ceil_nopad", (T((2, 3, 24)),), {
+        "kernel_size": 3, "stride": 2, "padding": 1, "ceil_mode": True,
+        "count_include_pad": False}),),
+    "avg_pool2d": (Sample("ceil_nopad_divisor", (T((2, 3, 12, 12)),), {
+        "kernel_size": 3, "stride": 2, "padding": 1, "ceil_mode": True,
+        "count_include_pad": False, "divisor_override": 4}),),
+    "avg_pool3d": (Sample("ceil_nopad_divisor", (T((2, 3, 6, 6, 6)),), {
+        "kernel_size": 3, "stride": 2, "padding": 1, "ceil_mode": True,
+        "count_include_pad": False, "divisor_override": 5}),),
+    "batch_norm": (Sample("eps_momentum", (T((8, 16, 5, 5)), T((16,), grad=False),
+                                           T((16,), "positive", grad=False), T((16,)),
+                                           T((16,))),
+                          {"training": True, "eps": 0.5, "momentum": 0.3}),),
+    "binary_cross_entropy": (Sample("weight", (T((16, 64), "prob"), T((16, 64), "prob", grad=False),
+                                               T((16, 64), "positive", grad=False))),),
+    "binary_cross_entropy_with_logits": (Sample("pos_weight", (
+        T((16, 64), "wide"), T((16, 64), "prob", grad=False), None, None, None, "mean",
+        T((64,), "positive", grad=False))),),
+    "conv_transpose1d": (Sample("output_padding", (T((2, 4, 20)), T((4, 6, 3)), T((6,))),
+                                {"stride": 2, "padding": 1, "output_padding": 1}),),
+    "conv_transpose2d": (Sample("output_padding", (T((2, 4, 10, 10)), T((4, 6, 3, 3)), T((6,))),
+                                {"stride": 2, "padding": 1, "output_padding": 1}),),
+    "conv_transpose3d": (Sample("output_padding", (T((1, 4, 5, 5, 5)), T((4, 6, 3, 3, 3)),
+                                                   T((6,))),
+                                {"stride": 2, "padding": 1, "output_padding": 1}),),
+    "cosine_embedding_loss": (Sample("margin_sum", (T((16, 64)), T((16, 64)),
+                                                    T((16,), "nonzero", grad=False)),
+                                     {"margin": 0.2, "reduction": "sum"}),),
+    "cosine_similarity": (Sample("dim0", (T((16, 64)), T((16, 64))), {"dim": 0}),),
+    "dropout3d": (Sample("p0.25", (T((4, 32, 2, 3, 3), "nonzero"),), {"p": 0.25, "training": True}),),
+    "elu": (Sample("alpha", (T((16, 64), "wide"),), {"alpha": 0.5}),),
+    "fold_col2im": (Sample("stride_pad_dilation", (T((2, 27, 9)),), {
+        "output_size": (8, 8), "kernel_size": 3, "stride": 2, "padding": 1, "dilation": 2}),),
+    "gaussian_nll_loss": (Sample("eps", (T((16, 64)), T((16, 64), grad=False),
+                                         T((16, 64), "positive")), {"eps": 0.5}),),
+    "group_norm": (Sample("eps", (T((4, 12, 6, 6)), 3, T((12,)), T((12,))), {"eps": 0.5}),),
+    "hardshrink": (Sample("lambd", (T((16, 64)),), {"lambd": 0.25}),),
+    "softshrink": (Sample("lambd", (T((16, 64)),), {"lambd": 0.25}),),
+    "hinge_embedding_loss": (Sample("margin", (T((16, 64)), T((16, 64), "nonzero", grad=False)),
+                                    {"margin": 0.5}),),
+    "huber_loss": (Sample("weight", (T((16, 64)), T((16, 64), grad=False), "mean", 1.0,
+                                     T((16, 64), "positive", grad=False))),),
+    "l1_loss": (Sample("weight", (T((16, 64)), T((16, 64), grad=False), None, None, "mean",
+                                  T((16, 64), "positive", grad=False))),),
+    "mse_loss": (Sample("weight", (T((16, 64)), T((16, 64), grad=False), None, None, "mean",
+                                   T((16, 64), "positive", grad=False))),),
+    "multilabel_soft_margin_loss": (Sample("weight", (T((16, 64)), T((16, 64), "prob", grad=False),
+                                                      T((64,), "positive", grad=False))),),
+    "instance_norm": (
+        Sample("running_affine", (T((4, 6, 8, 8)), T((6,), grad=False),
+                                  T((6,), "positive", grad=False), T((6,)), T((6,)), True, 0.2,
+                                  0.5)),
+        Sample("running_stats", (T((4, 6, 8, 8)), T((6,), grad=False),
+                                 T((6,), "positive", grad=False), None, None, False))),
+    "layer_norm": (Sample("eps", (T((16, 64)), T((64,)), T((64,))), {"eps": 0.5}),),
+    "leaky_relu": (Sample("slope0.2", (T((16, 64)),), {"negative_slope": 0.2}),),
+    "local_response_norm": (Sample("alpha_beta_k", (T((2, 8, 6, 6)), 3),
+                                   {"alpha": 1e-2, "beta": 0.5, "k": 2.0}),),
+    "lp_pool2d": (Sample("ceil", (T((2, 3, 13, 13), "positive"),),
+                         {"norm_type": 2.0, "kernel_size": 3, "stride": 2, "ceil_mode": True}),),
+    "margin_ranking_loss": (Sample("sum", (T((64,)), T((64,)), T((64,), "nonzero", grad=False)),
+                                   {"margin": 0.1, "reduction": "sum"}),),
+    "max_pool1d": (Sample("ceil_dilation_indices", (T((2, 3, 24), "distinct"),), {
+        "kernel_size": 3, "stride": 2, "dilation": 2, "ceil_mode": True,
+        "return_indices": True}),),
+    "max_pool2d": (Sample("ceil_dilation_indices", (T((2, 3, 12, 12), "distinct"),), {
+        "kernel_size": 3, "stride": 2, "dilation": 2, "ceil_mode": True,
+        "return_indices": True}),),
+    "max_pool3d": (Sample("ceil_dilation_indices", (T((2, 3, 7, 7, 7), "distinct"),), {
+        "kernel_size": 2, "stride": 2, "dilation": 2, "ceil_mode": True,
+        "return_indices": True}),),
+    "multi_margin_loss": (Sample("p2_margin_weight", (T((16, 10)), I((16,), 10), 2, 0.5,
+                                                      T((10,), "positive", grad=False)),
+                                 {"reduction": "sum"}),),
+    "normalize": (Sample("p1", (T((16, 64)),), {"p": 1.0, "dim": -1}),),
+    "pairwise_distance": (Sample("p1_keepdim", (T((16, 64)), T((16, 64))),
+                                 {"p": 1.0, "keepdim": True}),),
+    "poisson_nll_loss": (Sample("rate_eps", (T((16, 64), "positive"),
+                                             T((16, 64), "positive", grad=False)),
+                                {"log_input": False, "eps": 0.5}),),
+    "scaled_dot_product_attention": (Sample("mask_scale", (
+        T((2, 4, 16, 32)), T((2, 4, 16, 32)), T((2, 4, 16, 32)), T((16, 16), grad=False)),
+        {"scale": 0.3}),),
+    "triplet_margin_loss": (Sample("p1_margin_eps_sum", (T((16, 32)), T((16, 32)), T((16, 32))),
+                                   {"margin": 0.5, "p": 1, "eps": 1e-3, "reduction": "sum"}),),
+    "clip_grad_norm_": (Sample("no_foreach", (_L2,), {"max_norm": 1.0, "foreach": False}),),
+    "clip_grad_value_": (Sample("no_foreach", (_L2,), {"foreach": False}),),
+    "prod": (Sample("keepdim_f64", (T((16, 32), "near1"),), {"dim": 1, "keepdim": True,
+                                                            "dtype": _F64}),),
+    "repeat_interleave": (Sample("output_size", (T((4, 16)), 3), {"dim": 1, "output_size": 48}),),
+    "softmax": (Sample("dtype_f64", (T((16, 64)),), {"dim": -1, "dtype": _F64}),),
+    "log_softmax": (Sample("dtype_f64", (T((16, 64)),), {"dim": -1, "dtype": _F64}),),
+    "softmin": (Sample("dtype_f64", (T((16, 64)),), {"dim": -1, "dtype": _F64}),),
+    "std": (Sample("correction0", (T((16, 64)),), {"dim": 1, "correction": 0}),),
+    "sum": (Sample("dtype_f64", (T((16, 64)),), {"dim": 1, "dtype": _F64}),),
+}
+_BY_ROW = {entry.name: entry for entry in CATALOG + _FOREACH}
+for _name in KEYWORD_SAMPLES:
+    if _name not in _BY_ROW:
+        raise ValueError(f"KEYWORD_SAMPLES names {_name!r}, which is not a catalog row")
+
+CATALOG = tuple(dataclasses.replace(entry, fn=late_bound(entry.fn), samples=(
+    *entry.samples, *KEYWORD_SAMPLES.get(entry.name, ()))) for entry in CATALOG + _FOREACH)
 
 BY_NAME: dict[str, OpEntry] = {}
 for _entry in CATALOG:

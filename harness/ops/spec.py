@@ -205,12 +205,23 @@ DOMAINS: dict[str, Callable[[Sequence[int], torch.Generator], torch.Tensor]] = {
     "wide": _scaled_normal(3.0),            # exp/sinh inputs that reach far but stay finite
     "near1": _uniform(0.8, 1.25),           # products (prod, cumprod) that stay in range
     "ties": _ties,                          # Note [Ties at a bound]
+    "nonfinite": lambda shape, gen: _nonfinite(shape, gen),  # nan_to_num's replacements
 }
+
+
+def _nonfinite(shape: Sequence[int], gen: torch.Generator) -> torch.Tensor:
+    """Normal values with about a tenth each NaN, +inf and -inf."""
+    x = torch.randn(tuple(shape), generator=gen)
+    pick = torch.randint(0, 10, tuple(shape), generator=gen)
+    x[pick == 0] = float("nan")
+    x[pick == 1] = float("inf")
+    x[pick == 2] = float("-inf")
+    return x
 
 INT_DOMAINS: dict[str, tuple[int, int]] = {
     "normal": (-8, 9), "positive": (1, 9), "nonzero": (1, 9), "distinct": (-8, 9),
     "unit": (-1, 2), "prob": (0, 2), "above1": (2, 9), "large": (-100, 101), "small": (-2, 3),
-    "wide": (-20, 21), "near1": (1, 2), "ties": (-1, 2),
+    "wide": (-20, 21), "near1": (1, 2), "ties": (-1, 2), "nonfinite": (-8, 9),
 }
 
 
