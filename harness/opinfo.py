@@ -159,7 +159,7 @@ def op_key(op) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class Case:
+class OpInfoCase:
     """One (op, dtype) of the sweep; its samples each give a fwd and a bwd record."""
 
     key: str      # op_key of the OpInfo
@@ -191,13 +191,13 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
-def cases(op_db: Iterable, dtypes: Iterable[str] = DTYPES) -> list[Case]:
+def cases(op_db: Iterable, dtypes: Iterable[str] = DTYPES) -> list[OpInfoCase]:
     """Every (op, dtype) the sweep covers: the dtypes the op supports on the CPU.
 
     The CPU must support the dtype because the low-precision reference runs there.
     Entries with the same key (none in current torch) are kept once.
     """
-    out: dict[tuple[str, str], Case] = {}
+    out: dict[tuple[str, str], OpInfoCase] = {}
     for op in op_db:
         try:
             supported = op.supported_dtypes("cpu")
@@ -205,11 +205,11 @@ def cases(op_db: Iterable, dtypes: Iterable[str] = DTYPES) -> list[Case]:
             continue
         for name in dtypes:
             if torch_dtype(name) in supported:
-                out.setdefault((op_key(op), name), Case(op_key(op), name))
+                out.setdefault((op_key(op), name), OpInfoCase(op_key(op), name))
     return list(out.values())
 
 
-def select(all_cases: Iterable[Case], op_filter: Optional[str]) -> list[Case]:
+def select(all_cases: Iterable[OpInfoCase], op_filter: Optional[str]) -> list[OpInfoCase]:
     """The cases whose id (``opinfo/<op>/<dtype>``) matches ``op_filter`` (re.search)."""
     if not op_filter:
         return list(all_cases)
@@ -288,7 +288,7 @@ def case_seed(case_id: str) -> int:
     return zlib.crc32(case_id.encode("utf-8"))
 
 
-def samples(op, case: Case, *, limit: int = SAMPLES_PER_CASE, requires_grad: bool = False):
+def samples(op, case: OpInfoCase, *, limit: int = SAMPLES_PER_CASE, requires_grad: bool = False):
     """The first ``limit`` samples of ``op`` in the case's dtype, on the CPU, seeded."""
     seed = case_seed(case.id)
     torch.manual_seed(seed)
@@ -344,7 +344,7 @@ class Budget:
 # ------------------------------------------------------------------------- running
 
 @dataclasses.dataclass
-class Outcome:
+class SampleOutcome:
     """One record's worth of a sample: what :meth:`Recorder.record` takes."""
 
     id: str
@@ -558,15 +558,15 @@ def _upcast(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float32 else torch.float32
 
 
-def run_case(op, case: Case, device, *, limit: int = SAMPLES_PER_CASE,
-             budget: Optional[Budget] = None, reproduce: str = "") -> list[Outcome]:
+def run_case(op, case: OpInfoCase, device, *, limit: int = SAMPLES_PER_CASE,
+             budget: Optional[Budget] = None, reproduce: str = "") -> list[SampleOutcome]:
     """Every record of one case: per sample a ``fwd`` and (with autograd) a ``bwd``."""
     if case.skip_reason:
-        return [Outcome(f"{case.id}/fwd", "skip", message=case.skip_reason)]
+        return [SampleOutcome(f"{case.id}/fwd", "skip", message=case.skip_reason)]
     if budget is not None:
         budget.start()
         if budget.exhausted():
-            return [Outcome(f"{case.id}/fwd", "skip",
+            return [SampleOutcome(f"{case.id}/fwd", "skip",
                             message=f"op budget of {budget.seconds:g} s spent "
                                     f"(--op-budget); case not run")]
     dtype = torch_dtype(case.dtype)
@@ -574,18 +574,18 @@ def run_case(op, case: Case, device, *, limit: int = SAMPLES_PER_CASE,
     try:
         picked = samples(op, case, limit=limit, requires_grad=backward)
     except Exception as exc:  # noqa: BLE001 - a generator broken on this torch
-        return [Outcome(f"{case.id}/fwd", "skip",
+        return [SampleOutcome(f"{case.id}/fwd", "skip",
                         message=f"OpInfo sample generation failed on the CPU: {_short(exc)}")]
     if not picked:
-        return [Outcome(f"{case.id}/fwd", "skip", message="OpInfo yields no sample")]
+        return [SampleOutcome(f"{case.id}/fwd", "skip", message="OpInfo yields no sample")]
     digests = unique_digests(sample_signature(s, dtype) for s in picked)
     up = _upcast(dtype)
     if not op.supports_dtype(up, "cpu"):
         up = torch.float32 if op.supports_dtype(torch.float32, "cpu") else dtype
-    out: list[Outcome] = []
+    out: list[SampleOutcome] = []
     for sample, digest in zip(picked, digests):
         if budget is not None and budget.exhausted():
-            out.append(Outcome(f"{case.id}/fwd/{digest}", "skip",
+            out.append(SampleOutcome(f"{case.id}/fwd/{digest}", "skip",
                                message=f"op budget of {budget.seconds:g} s spent (--op-budget)"))
             continue
         out.extend(_run_sample(op, case, sample, digest, device, dtype, up, backward,
@@ -593,8 +593,8 @@ def run_case(op, case: Case, device, *, limit: int = SAMPLES_PER_CASE,
     return out
 
 
-def _run_sample(op, case: Case, sample, digest: str, device, dtype: torch.dtype,
-                up: torch.dtype, backward: bool, reproduce: str) -> list[Outcome]:
+def _run_sample(op, case: OpInfoCase, sample, digest: str, device, dtype: torch.dtype,
+                up: torch.dtype, backward: bool, reproduce: str) -> list[SampleOutcome]:
     fwd_id, bwd_id = f"{case.id}/fwd/{digest}", f"{case.id}/bwd/{digest}"
     standard = policy.standard_for(case.key, dtype)
     grad_standard = policy.standard_for(case.key, dtype, "bwd")
@@ -607,7 +607,7 @@ def _run_sample(op, case: Case, sample, digest: str, device, dtype: torch.dtype,
     lowp = _run(op, sample, device=cpu, from_dtype=dtype, to_dtype=dtype, backward=wants_grad,
                 cotangent_seed=cot_seed, scope=contextlib.nullcontext)
     if lowp.error is not None:
-        return [Outcome(fwd_id, "skip", info=info,
+        return [SampleOutcome(fwd_id, "skip", info=info,
                         message=f"the CPU reference cannot run this sample in {case.dtype}: "
                                 f"{_short(lowp.error)}")]
     ref = _run(op, sample, device=cpu, from_dtype=dtype, to_dtype=up, backward=wants_grad,
@@ -632,17 +632,17 @@ def _run_sample(op, case: Case, sample, digest: str, device, dtype: torch.dtype,
         if notes:
             extra["notes"] = notes
         if not ok:
-            return Outcome(record_id, "fail", metrics, rules,
+            return SampleOutcome(record_id, "fail", metrics, rules,
                            f"{record_id}{where}:\n" + "\n".join(messages) + repro, extra)
         if fell_back:
-            return Outcome(record_id, "fallback", metrics, rules,
+            return SampleOutcome(record_id, "fallback", metrics, rules,
                            f"{record_id}: the DUT ran {', '.join(fell_back)} on the host CPU "
                            "(torch_npu CPU fallback)", {**extra, "fallback_ops": fell_back})
-        return Outcome(record_id, "pass", metrics, rules, "", extra)
+        return SampleOutcome(record_id, "pass", metrics, rules, "", extra)
 
     if dut.error is not None:
         status = classify_error(dut.error)
-        return [Outcome(fwd_id, status, info={**info, "exception": _short(dut.error, 1000)},
+        return [SampleOutcome(fwd_id, status, info={**info, "exception": _short(dut.error, 1000)},
                         message=f"{fwd_id}{where}: the DUT raised {_short(dut.error)}{repro}")]
     results = []
     ok, metrics, rules, messages, notes = compare_values(
@@ -654,7 +654,7 @@ def _run_sample(op, case: Case, sample, digest: str, device, dtype: torch.dtype,
         return results
     if dut.grad_error is not None:
         status = classify_error(dut.grad_error)
-        results.append(Outcome(bwd_id, status,
+        results.append(SampleOutcome(bwd_id, status,
                                info={**info, "exception": _short(dut.grad_error, 1000)},
                                message=f"{bwd_id}{where}: the DUT's backward raised "
                                        f"{_short(dut.grad_error)}{repro}"))
@@ -671,18 +671,18 @@ def _run_sample(op, case: Case, sample, digest: str, device, dtype: torch.dtype,
     return results
 
 
-def slice_and_rest(all_cases: Iterable[Case]) -> tuple[list[Case], list[Case]]:
+def slice_and_rest(all_cases: Iterable[OpInfoCase]) -> tuple[list[OpInfoCase], list[OpInfoCase]]:
     """Split cases into the default slice and the slow rest (disjoint, same record ids)."""
     all_cases = list(all_cases)
     return [c for c in all_cases if c.in_slice], [c for c in all_cases if not c.in_slice]
 
 
-def distinct_ops(all_cases: Iterable[Case]) -> int:
+def distinct_ops(all_cases: Iterable[OpInfoCase]) -> int:
     """Distinct op_db names (not variants) among the cases."""
     return len({c.key.split(":", 1)[0] for c in all_cases})
 
 
-__all__ = ["Budget", "Case", "Outcome", "DTYPES", "SKIP_OPS", "SLICE_OPS",
+__all__ = ["Budget", "OpInfoCase", "SampleOutcome", "DTYPES", "SKIP_OPS", "SLICE_OPS",
            "cases", "classify_error", "compare_values", "distinct_ops", "find_op",
            "load_op_db", "op_key", "run_case", "sample_digest", "sample_signature",
            "samples", "select", "slice_and_rest", "unique_digests"]

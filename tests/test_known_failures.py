@@ -71,7 +71,7 @@ def test_entries_for_selects_by_device_type_and_stack_glob():
 
 
 def test_record_globs_match_the_records_a_catalog_test_writes():
-    from harness.opinfo import Case
+    from harness.opinfo import OpInfoCase
     from harness.ops import BY_NAME
 
     catalog = types.SimpleNamespace(
@@ -80,7 +80,7 @@ def test_record_globs_match_the_records_a_catalog_test_writes():
                                                "dtype": "bfloat16"}))
     sweep = types.SimpleNamespace(
         nodeid="suites/ops/test_opinfo.py::test_opinfo_slice[exp-float32]",
-        callspec=types.SimpleNamespace(params={"case": Case("exp", "float32")}))
+        callspec=types.SimpleNamespace(params={"case": OpInfoCase("exp", "float32")}))
     assert known_failures.EXAMPLE.matches(known_failures.candidates(catalog))
     assert _row("ops/erfinv/bfloat16/bwd/odd257").matches(known_failures.candidates(catalog))
     assert not _row("ops/erfinv/float16/*").matches(known_failures.candidates(catalog))

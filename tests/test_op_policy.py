@@ -79,7 +79,7 @@ def test_catalog_rows_take_their_standard_from_the_table():
 
 
 def test_sweep_judges_add_by_the_same_standard_as_the_catalog():
-    case = opinfo.Case("add", "float32")
+    case = opinfo.OpInfoCase("add", "float32")
     assert policy.standard_for(case.key, case.dtype) == BY_NAME["add"].standard == "absolute"
 
 
@@ -135,7 +135,7 @@ def test_same_op_gets_same_status_standard_and_metrics_in_each_pipeline(op, dtyp
     fake = _AsOpInfo(entry, values, sample.kwargs)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        sweep = opinfo.run_case(fake, opinfo.Case(op, dtype), cpu)
+        sweep = opinfo.run_case(fake, opinfo.OpInfoCase(op, dtype), cpu)
     by_direction = {o.id.split("/")[3]: o for o in sweep}
 
     assert set(by_direction) == set(catalog) == {"fwd", "bwd"}

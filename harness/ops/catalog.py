@@ -332,7 +332,6 @@ def _unflatten_fold(x, output_size=(8, 8), kernel_size=3, **kw):
 # --------------------------------------------------------------------------- catalog
 
 E = OpEntry
-_X = (T((16, 64)),)
 
 CATALOG: tuple[OpEntry, ...] = (
     # ---- convolution
