@@ -1,4 +1,5 @@
-"""``python -m harness``: doctor | baseline list/show/diff | faults list/check | localize.
+"""``python -m harness``: doctor | baseline list/show/diff | faults list/check | ops keywords |
+localize.
 
 Nothing heavy is imported at module level: ``doctor`` must run (and explain) even where
 ``import torch`` fails.
@@ -136,6 +137,28 @@ def _cmd_faults(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+# ------------------------------------------------------------------------------- ops
+
+def _cmd_ops(args: argparse.Namespace) -> int:
+    """``ops keywords``: the catalog's keyword coverage (harness.ops.keywords); exit 1 when a
+    documented keyword is neither exercised nor explained."""
+    import warnings
+
+    from harness.ops import keywords
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the samples' own warnings (var on 1 element...)
+        rows, no_api = keywords.coverage()
+    if args.json:
+        print(json.dumps([{"op": r.api, "rows": r.rows, "source": r.source,
+                           "keywords": sorted(r.keywords), "exercised": sorted(r.exercised),
+                           "reasons": r.reasons, "missing": r.missing} for r in rows],
+                         indent=1))
+    else:
+        print(keywords.table(rows, no_api))
+    return 1 if any(r.missing for r in rows) else 0
+
+
 # ------------------------------------------------------------------------------ main
 
 def build_parser() -> argparse.ArgumentParser:
@@ -175,6 +198,11 @@ def build_parser() -> argparse.ArgumentParser:
     faults.add_argument("--timeout", type=float, default=900.0, metavar="SECONDS",
                         help="Kill one run after this long. Default: 900")
     faults.set_defaults(func=_cmd_faults)
+
+    ops = sub.add_parser("ops", help="Op catalog tables: keyword coverage")
+    ops.add_argument("action", choices=("keywords",))
+    ops.add_argument("--json", action="store_true", help="Machine-readable output")
+    ops.set_defaults(func=_cmd_ops)
 
     # dispatched in main() to harness.localize's own parser; listed here for --help
     sub.add_parser("localize", help="Find the first layer where DUT and CPU diverge "

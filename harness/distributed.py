@@ -62,7 +62,6 @@ from harness.results import pid_alive
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC_ENV = "HARNESS_DIST_LAUNCHER"  # set in ranks started by launch(): "<launcher pid>"
-DEFAULT_CPU_WORLD_SIZE = 2
 ADDRESS_IN_USE = ("EADDRINUSE", "Address already in use", "address already in use")
 
 
@@ -126,11 +125,6 @@ def free_port(host: str = "127.0.0.1") -> int:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
-
-
-def default_world_size(device) -> int:
-    """One rank per device on accelerators; 2 processes on the CPU."""
-    return max(1, int(device.count)) if device.is_accelerator else DEFAULT_CPU_WORLD_SIZE
 
 
 # ----------------------------------------------------------------------- outcomes
@@ -526,7 +520,7 @@ def _rank_report(out: Path, rank: int, proc: subprocess.Popen, killed: bool) -> 
 # ---------------------------------------------------------- many checks, few launches
 
 @dataclasses.dataclass(frozen=True)
-class Case:
+class DistCase:
     """One sub-check at one world size: what a parametrised test asks the planner for."""
 
     world_size: int
@@ -546,7 +540,7 @@ class Planner:
     other tests read their outcome from it. Selecting one test launches only its case.
     """
 
-    def __init__(self, device, wanted: Callable[[], Sequence[Case]], *, timeout: float,
+    def __init__(self, device, wanted: Callable[[], Sequence[DistCase]], *, timeout: float,
                  seed: int = 0) -> None:
         self.device = device
         self.wanted = wanted
@@ -554,7 +548,7 @@ class Planner:
         self.seed = seed
         self.launches: dict[int, LaunchResult] = {}
 
-    def outcome(self, case: Case) -> CheckOutcome:
+    def outcome(self, case: DistCase) -> CheckOutcome:
         launched = self.launches.get(case.world_size)
         if launched is None or case.check.name not in launched.checks:
             plan = {c.check.name: c.check for c in self.wanted()

@@ -1,6 +1,6 @@
 """``python -m harness doctor``: the environment check a user runs first.
 
-Each check yields a :class:`Finding` (ok / warn / fail) with what was seen and, for a
+Each check yields a :class:`Check` (ok / warn / fail) with what was seen and, for a
 problem, how to fix it (NPU_NOTES.md, "Tool chain"). ``import torch`` is tried in a child
 process first: an installed but broken ``torch_npu`` makes ``import torch`` itself fail
 through backend autoloading, and the doctor must explain that rather than crash.
@@ -20,7 +20,7 @@ OK, WARN, FAIL, NA = "ok", "warn", "FAIL", "--"
 
 
 @dataclasses.dataclass
-class Finding:
+class Check:
     status: str
     topic: str
     detail: str
@@ -40,47 +40,47 @@ def probe_import_torch() -> tuple[bool, str]:
     return False, (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
 
 
-def check_import_torch(probe: Callable[[], tuple[bool, str]] = probe_import_torch) -> Finding:
+def check_import_torch(probe: Callable[[], tuple[bool, str]] = probe_import_torch) -> Check:
     ok, text = probe()
     if ok:
-        return Finding(OK, "torch", f"import torch works (torch {text})")
+        return Check(OK, "torch", f"import torch works (torch {text})")
     autoload = os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD", "1") != "0"
     if autoload and ("torch_npu" in text or "libhccl" in text or "libascend" in text
                      or "cannot open shared object file" in text):
-        return Finding(FAIL, "torch", f"import torch fails: {text}. torch >= 2.5 autoloads "
+        return Check(FAIL, "torch", f"import torch fails: {text}. torch >= 2.5 autoloads "
                        "installed device backends, so a torch_npu that cannot load (CANN not "
                        "sourced, or built for another torch) breaks `import torch` itself",
                        "source CANN's set_env.sh (e.g. `source /usr/local/Ascend/ascend-toolkit/"
                        "set_env.sh`), or install the torch_npu matching this torch; to use the "
                        "CPU meanwhile, export TORCH_DEVICE_BACKEND_AUTOLOAD=0")
-    return Finding(FAIL, "torch", f"import torch fails: {text}",
+    return Check(FAIL, "torch", f"import torch fails: {text}",
                    "reinstall torch for this Python (pip install torch==<your version>)")
 
 
-def check_cann_env(env: Optional[dict] = None) -> Finding:
+def check_cann_env(env: Optional[dict] = None) -> Check:
     """Whether CANN's set_env.sh was sourced (what torch_npu needs on the library path)."""
     env = os.environ if env is None else env
     home = env.get("ASCEND_TOOLKIT_HOME") or env.get("ASCEND_HOME_PATH")
     libpath = env.get("LD_LIBRARY_PATH", "")
     if home and "Ascend" in libpath or home and home in libpath:
-        return Finding(OK, "CANN environment", f"sourced (ASCEND_TOOLKIT_HOME={home})")
+        return Check(OK, "CANN environment", f"sourced (ASCEND_TOOLKIT_HOME={home})")
     if home:
-        return Finding(WARN, "CANN environment", f"ASCEND_TOOLKIT_HOME={home} but its lib64 is "
+        return Check(WARN, "CANN environment", f"ASCEND_TOOLKIT_HOME={home} but its lib64 is "
                        "not on LD_LIBRARY_PATH", f"source {home}/set_env.sh")
     if os.path.isdir("/usr/local/Ascend"):
-        return Finding(WARN, "CANN environment", "/usr/local/Ascend exists but CANN's "
+        return Check(WARN, "CANN environment", "/usr/local/Ascend exists but CANN's "
                        "environment is not sourced",
                        "source /usr/local/Ascend/ascend-toolkit/set_env.sh")
-    return Finding(OK, "CANN environment", "not present (only needed for Ascend NPUs)")
+    return Check(OK, "CANN environment", "not present (only needed for Ascend NPUs)")
 
 
 def run_checks(device: str = "auto", baseline_dir=None, *,
                import_probe: Callable[[], tuple[bool, str]] = probe_import_torch) -> tuple[
-                   list[Finding], bool]:
+                   list[Check], bool]:
     """All checks; returns the findings and whether the requested device is usable."""
     if baseline_dir is None:
         baseline_dir = Path(__file__).resolve().parent.parent / "baselines"
-    findings = [Finding(OK, "python", sys.version.split()[0])]
+    findings = [Check(OK, "python", sys.version.split()[0])]
     torch_finding = check_import_torch(import_probe)
     findings.append(torch_finding)
     findings.append(check_cann_env())
@@ -94,27 +94,27 @@ def run_checks(device: str = "auto", baseline_dir=None, *,
     probes = {t: device_mod.probe(t) for t in device_mod.DEVICE_TYPES}
     for device_type, result in probes.items():
         if result.available:
-            findings.append(Finding(OK, f"device {device_type}", result.reason))
+            findings.append(Check(OK, f"device {device_type}", result.reason))
             dev = device_mod.Device(device_type, 0, result.count)
             try:
                 total = dev.total_memory()
                 memory = f", {total / 2**30:.1f} GiB" if total else ""
-                findings.append(Finding(OK, f"  {device_type}:0", f"{dev.name}{memory}"))
+                findings.append(Check(OK, f"  {device_type}:0", f"{dev.name}{memory}"))
             except Exception as exc:  # noqa: BLE001 - report, don't crash the doctor
-                findings.append(Finding(WARN, f"  {device_type}:0", f"name/memory unreadable: "
+                findings.append(Check(WARN, f"  {device_type}:0", f"name/memory unreadable: "
                                         f"{exc}"))
         else:
             severity = FAIL if device_type == device else (
                 WARN if device_type == "npu" and npu_version else NA)
-            findings.append(Finding(severity, f"device {device_type}",
+            findings.append(Check(severity, f"device {device_type}",
                                     f"not usable: {result.reason}"))
     if probes["npu"].available:
         cann = stack.cann_versions(stack._torch_npu_get_cann_version())
         if cann.get("cann"):
             parts = ", ".join(f"{k} {v}" for k, v in cann.items() if k not in ("cann", "source"))
-            findings.append(Finding(OK, "CANN", f"{cann['cann']} ({parts}; from {cann['source']})"))
+            findings.append(Check(OK, "CANN", f"{cann['cann']} ({parts}; from {cann['source']})"))
         else:
-            findings.append(Finding(WARN, "CANN", "version unknown (get_cann_version and the "
+            findings.append(Check(WARN, "CANN", "version unknown (get_cann_version and the "
                                     "toolkit's version files gave nothing)",
                                     "source set_env.sh so ASCEND_TOOLKIT_HOME is set"))
     wanted = device if device != "auto" else next(t for t, p in probes.items() if p.available)
@@ -126,21 +126,21 @@ def run_checks(device: str = "auto", baseline_dir=None, *,
     return findings, usable
 
 
-def _baseline_finding(fp: dict, baseline_dir) -> Finding:
+def _baseline_finding(fp: dict, baseline_dir) -> Check:
     """The baseline a compare run would use; never OK for a file that does not exist."""
     from harness import baselines
 
     selection = baselines.select(baseline_dir, fp)
     target = baselines.path_for(baseline_dir, fp)
     if selection.error:
-        return Finding(FAIL, "baseline", f"{selection.path}: unusable: {selection.error}",
+        return Check(FAIL, "baseline", f"{selection.path}: unusable: {selection.error}",
                        "restore it from version control or re-record it with --baseline record")
     if selection.results is None:
         stored = baselines.stored_anywhere(baseline_dir)
-        return Finding(WARN, "baseline", f"NOT COMPARED: no baseline for {fp['stack_id']} or an "
+        return Check(WARN, "baseline", f"NOT COMPARED: no baseline for {fp['stack_id']} or an "
                        f"older stack at {target.parent} (stored: {', '.join(stored[:6]) or 'none'})",
                        "record one on this machine: python -m pytest -m npu --baseline record")
-    return Finding(OK, "baseline", f"{selection.path} ({len(selection.results.records)} records; "
+    return Check(OK, "baseline", f"{selection.path} ({len(selection.results.records)} records; "
                    f"{selection.reason})")
 
 

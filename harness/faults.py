@@ -112,14 +112,15 @@ def patch_attr(name: str, *, family: str, description: str, target: str,
 
 # ----------------------------------------------------------------------- mechanisms
 
-def _first_tensor(value):
+def first_tensor(value):
+    """The first tensor in ``value`` (a tensor, or nested tuples/lists of them), or None."""
     import torch
 
     if isinstance(value, torch.Tensor):
         return value
     if isinstance(value, (tuple, list)):
         for item in value:
-            found = _first_tensor(item)
+            found = first_tensor(item)
             if found is not None:
                 return found
     return None
@@ -139,7 +140,7 @@ def _make_perturb_mode_class():
             kwargs = kwargs or {}
             out = func(*args, **kwargs)
             if self.op in (str(func), str(func.overloadpacket)):
-                tensor = _first_tensor(out)
+                tensor = first_tensor(out)
                 dtype_name = str(tensor.dtype).replace("torch.", "") if tensor is not None else None
                 if self.dtypes is None or dtype_name in self.dtypes:
                     out = self.transform(out, args, kwargs)
@@ -266,11 +267,6 @@ def active() -> list[Fault]:
     if _active is None:
         _active = [resolve(name) for name in _active_names]
     return _active
-
-
-def is_active(name: str) -> bool:
-    """Whether a fault (by name) is active: for faults a check must cooperate with."""
-    return any(fault.name == name for fault in active())
 
 
 @contextlib.contextmanager

@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from harness.argtypes import non_negative_int, positive_float, positive_int
+from harness.faults import first_tensor
 
 DTYPES = {"float32": None, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -195,7 +196,7 @@ class _Capture:
 
     def _hook(self, name: str):
         def hook(module, args, output):
-            tensor = _first_tensor(output)
+            tensor = first_tensor(output)
             if tensor is None or not tensor.is_floating_point():
                 return
             count = self._calls.get(name, 0) + 1
@@ -211,16 +212,6 @@ class _Capture:
     def remove(self) -> None:
         for handle in self._handles:
             handle.remove()
-
-
-def _first_tensor(value):
-    if isinstance(value, torch.Tensor):
-        return value
-    if isinstance(value, (tuple, list)):
-        for item in value:
-            if isinstance(item, torch.Tensor):
-                return item
-    return None
 
 
 def _metrics(dut: torch.Tensor, ref: torch.Tensor) -> tuple[float, float, float, int]:

@@ -7,9 +7,12 @@ its own sample inputs per dtype (float32, float16, bfloat16 where the CPU refere
 supports them), forward and, where the op has autograd, backward. Every case becomes a
 record, so the results double as the DUT's capability matrix:
 
-* ``pass`` / ``fail``: compared with :func:`harness.compare.compare_outputs` against the
-  CPU up-cast reference and the CPU low-precision reference (DESIGN.md);
-* ``unsupported``: the DUT raised "not implemented" (no kernel for this op/dtype);
+* ``pass`` / ``fail``: judged by :func:`harness.ops.policy.judge` against the CPU up-cast
+  reference and the CPU low-precision reference (DESIGN.md), under the op's standard from
+  the one standards table (:func:`harness.ops.policy.standard_for`, shared with the
+  catalog);
+* ``unsupported``: the DUT raised "no kernel for this op/dtype"
+  (:func:`harness.ops.policy.classify_exception`, shared with the catalog);
 * ``fallback``: the numbers are right but the DUT ran the op on the host CPU
   (:mod:`harness.fallback`);
 * ``error``: the DUT crashed in another way; ``skip``: out of budget, the reference
@@ -54,7 +57,7 @@ from typing import Any, Callable, Iterable, Optional
 
 import torch
 
-from harness import fallback
+from harness.ops import policy
 from harness.results import lower
 
 DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16")
@@ -101,15 +104,6 @@ SKIP_OPS: dict[str, str] = {
     "torch.ops.aten._efficient_attention_forward": "nondeterministic output (OpInfo says so)",
 }
 
-# Precision standard per op (DESIGN.md "Precision standards"); everything else is
-# "relative" (DUT error judged against the CPU's own error in the same dtype), and
-# integer/bool outputs are always exact (harness.compare).
-STANDARDS: dict[str, str] = {
-    **{name: "ulp" for name in ("mm", "bmm", "matmul", "addmm", "addmm:decomposed", "baddbmm",
-                                "addbmm", "nn.functional.linear", "__rmatmul__")},
-}
-DEFAULT_STANDARD = "relative"
-
 # The default (non-slow) slice: these ops in float32 run in the ordinary CI selection, so
 # the sweep itself is exercised on every run; the full sweep (marked slow) takes the rest.
 SLICE_OPS: tuple[str, ...] = (
@@ -123,12 +117,6 @@ SLICE_OPS: tuple[str, ...] = (
     "gather", "index_select", "scatter_add", "cat", "stack", "permute", "flip",
 )
 SLICE_DTYPE = "float32"
-
-_UNSUPPORTED = re.compile(
-    r"not (currently )?implemented|could not run|not supported|unsupported|no kernel|"
-    r"does not support|is not available for|not compiled with|no (npu|cuda|xpu) "
-    r"implementation", re.IGNORECASE)
-
 
 # ------------------------------------------------------------------------ op_db access
 
@@ -171,7 +159,7 @@ def op_key(op) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class Case:
+class OpInfoCase:
     """One (op, dtype) of the sweep; its samples each give a fwd and a bwd record."""
 
     key: str      # op_key of the OpInfo
@@ -203,13 +191,13 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
-def cases(op_db: Iterable, dtypes: Iterable[str] = DTYPES) -> list[Case]:
+def cases(op_db: Iterable, dtypes: Iterable[str] = DTYPES) -> list[OpInfoCase]:
     """Every (op, dtype) the sweep covers: the dtypes the op supports on the CPU.
 
     The CPU must support the dtype because the low-precision reference runs there.
     Entries with the same key (none in current torch) are kept once.
     """
-    out: dict[tuple[str, str], Case] = {}
+    out: dict[tuple[str, str], OpInfoCase] = {}
     for op in op_db:
         try:
             supported = op.supported_dtypes("cpu")
@@ -217,11 +205,11 @@ def cases(op_db: Iterable, dtypes: Iterable[str] = DTYPES) -> list[Case]:
             continue
         for name in dtypes:
             if torch_dtype(name) in supported:
-                out.setdefault((op_key(op), name), Case(op_key(op), name))
+                out.setdefault((op_key(op), name), OpInfoCase(op_key(op), name))
     return list(out.values())
 
 
-def select(all_cases: Iterable[Case], op_filter: Optional[str]) -> list[Case]:
+def select(all_cases: Iterable[OpInfoCase], op_filter: Optional[str]) -> list[OpInfoCase]:
     """The cases whose id (``opinfo/<op>/<dtype>``) matches ``op_filter`` (re.search)."""
     if not op_filter:
         return list(all_cases)
@@ -235,10 +223,6 @@ def find_op(op_db: Iterable, key: str):
         if op_key(op) == key:
             return op
     raise KeyError(f"no OpInfo {key!r} in op_db of torch {torch.__version__}")
-
-
-def standard_for(key: str) -> str:
-    return STANDARDS.get(key, STANDARDS.get(key.split(":", 1)[0], DEFAULT_STANDARD))
 
 
 # --------------------------------------------------------------------- sample identity
@@ -304,7 +288,7 @@ def case_seed(case_id: str) -> int:
     return zlib.crc32(case_id.encode("utf-8"))
 
 
-def samples(op, case: Case, *, limit: int = SAMPLES_PER_CASE, requires_grad: bool = False):
+def samples(op, case: OpInfoCase, *, limit: int = SAMPLES_PER_CASE, requires_grad: bool = False):
     """The first ``limit`` samples of ``op`` in the case's dtype, on the CPU, seeded."""
     seed = case_seed(case.id)
     torch.manual_seed(seed)
@@ -360,7 +344,7 @@ class Budget:
 # ------------------------------------------------------------------------- running
 
 @dataclasses.dataclass
-class Outcome:
+class SampleOutcome:
     """One record's worth of a sample: what :meth:`Recorder.record` takes."""
 
     id: str
@@ -439,8 +423,11 @@ def _cotangents(like: list[torch.Tensor], seed: int) -> list[torch.Tensor]:
 
 
 def _run(op, sample, *, device: torch.device, from_dtype: torch.dtype, to_dtype: torch.dtype,
-         backward: bool, cotangent_seed: int, scope: Callable[[], Any]) -> _Run:
-    """Run the op (and its backward) on converted copies of the sample inside ``scope``."""
+         backward: bool, cotangent_seed: int, scope: Callable[[], Any],
+         seen: Optional[policy.Watch] = None) -> _Run:
+    """Run the op (and its backward) on converted copies of the sample inside ``scope``;
+    ``seen`` (the DUT's :class:`~harness.ops.policy.Watch`) notes the op call as ``fwd`` and
+    the backward call as ``bwd``, not the harness's copies and cotangents."""
     leaves: list[torch.Tensor] = []
     copy = _copier(device, from_dtype, to_dtype, backward, leaves)
     run = _Run()
@@ -453,7 +440,7 @@ def _run(op, sample, *, device: torch.device, from_dtype: torch.dtype, to_dtype:
         return run
     with scope():
         try:
-            with torch.set_grad_enabled(backward):
+            with torch.set_grad_enabled(backward), _noting(seen, "fwd"):
                 run.out = op(inp, *args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - classified by the caller
             run.error = exc
@@ -464,18 +451,30 @@ def _run(op, sample, *, device: torch.device, from_dtype: torch.dtype, to_dtype:
                 if outs:
                     cots = [c.to(device=o.device, dtype=o.dtype)
                             for c, o in zip(_cotangents(outs, cotangent_seed), outs)]
-                    run.grads = list(torch.autograd.grad(outs, leaves, cots,
-                                                         allow_unused=True))
+                    with _noting(seen, "bwd"):
+                        run.grads = list(torch.autograd.grad(outs, leaves, cots,
+                                                             allow_unused=True))
             except Exception as exc:  # noqa: BLE001 - classified by the caller
                 run.grad_error = exc
     return run
 
 
+@contextlib.contextmanager
+def _noting(seen: Optional[policy.Watch], phase: str):
+    """Note the block's aten ops under ``phase`` in ``seen`` (Note [Aten ops of a record])."""
+    if seen is None:
+        yield
+        return
+    seen.phase = phase
+    try:
+        yield
+    finally:
+        seen.phase = None
+
+
 def classify_error(exc: BaseException) -> str:
-    """``unsupported`` for "no kernel for this op/dtype" errors, else ``error``."""
-    if isinstance(exc, NotImplementedError) or _UNSUPPORTED.search(str(exc)):
-        return "unsupported"
-    return "error"
+    """``unsupported`` or ``error``: :func:`harness.ops.policy.classify_exception`."""
+    return policy.classify_exception(exc)[0]
 
 
 def _short(exc: BaseException, limit: int = 300) -> str:
@@ -495,14 +494,14 @@ def _comparable(t: Any) -> Any:
     return t
 
 
-def compare_values(dut: list, ref: list, lowp: list, standard: str, prefix: str = "o"):
+def compare_values(dut: list, ref: list, lowp: list, standard: str, prefix: str = "out"):
     """Compare flattened outputs; returns (ok, metrics, rules, messages, notes).
 
     Metrics of the i-th tensor are named ``<prefix><i>.<metric>`` when there are several
-    (``o`` for outputs, ``g`` for input gradients), plain ``<metric>`` for a single one.
+    (``out`` for outputs, ``grad`` for input gradients: the catalog's names), plain
+    ``<metric>`` for a single one. Each tensor is judged by
+    :func:`harness.ops.policy.judge`, so its metrics are the catalog's for the same input.
     """
-    from harness.compare import compare_outputs
-
     metrics: dict = {}
     rules: dict = {}
     messages: list[str] = []
@@ -526,26 +525,15 @@ def compare_values(dut: list, ref: list, lowp: list, standard: str, prefix: str 
         tensor_index += 1
         if not isinstance(r, torch.Tensor) or r.shape != lp.shape:
             r = lp  # the up-cast run returned something else: judge against the CPU
-        std = standard
-        if not (d.is_floating_point() and r.is_floating_point()) or d.dtype not in (
-                torch.float16, torch.bfloat16, torch.float32, torch.float64):
-            std = "exact"
-            r = lp
-        lowp_arg = lp if (lp.dtype == d.dtype and lp.shape == d.shape) else None
+            notes.append(f"output {i}: the up-cast run gave no comparable value; judged "
+                         "against the CPU in the tested dtype")
         if d.dtype != lp.dtype:
             ok = False
             messages.append(f"output {i}: DUT dtype {dtype_name(d.dtype)} != reference dtype "
                             f"{dtype_name(lp.dtype)}")
             continue
-        verdict = compare_outputs(d, r, lowp_arg, standard=std)
-        if not verdict.passed and lowp_arg is not None:
-            verdict = _no_worse_than_cpu(verdict, lowp_arg, r, std)
-            if verdict.passed:
-                notes.append(f"output {i}: the CPU misses the {std!r} standard in this dtype "
-                             "too; judged against the CPU")
+        verdict, std = policy.judge(d, r, lp, standard)
         for name, value in verdict.metrics.items():
-            if name in ("numel",) or name.startswith("ref_"):
-                continue
             metrics[name_prefix + name] = value
         for name, rule in verdict.rules.items():
             if name_prefix + name in metrics:
@@ -554,44 +542,6 @@ def compare_values(dut: list, ref: list, lowp: list, standard: str, prefix: str 
             ok = False
             messages.append(f"output {i} ({std}): {verdict.message}")
     return ok, metrics, rules, messages, notes
-
-
-# Note [When the CPU fails the standard too]
-# Some samples are ill-conditioned in the tested dtype: the CPU computing in that dtype
-# misses the standard against the up-cast reference itself (a gradient that is exactly 0
-# in fp32 but 2e-4 in fp16 has cosine 0). No kernel as good as the CPU's can pass, so the
-# DUT is then judged against the CPU instead: each error metric within the relative
-# standard's multipliers of the CPU's, no more NaN/Inf disagreements, and a cosine no
-# lower (by 1e-3). The verdict's message says so when it still fails.
-_CPU_MULTIPLIERS = {"max_abs_err": 10.0, "max_rel_err": 10.0, "mean_rel_err": 2.0,
-                    "rmse": 2.0, "small_abs_err": 2.0, "ulp_mean": 2.0}
-
-
-def _no_worse_than_cpu(verdict, lowp: torch.Tensor, ref: torch.Tensor, standard: str):
-    from harness.compare import compare_outputs
-
-    cpu = compare_outputs(lowp, ref, lowp, standard=standard)
-    if cpu.passed:
-        return verdict  # the CPU meets the standard: so must the DUT
-    eps = torch.finfo(lowp.dtype).eps
-    worse = []
-    for name, mult in _CPU_MULTIPLIERS.items():
-        if name in verdict.metrics and name in cpu.metrics:
-            mine, theirs = float(verdict.metrics[name]), float(cpu.metrics[name])
-            if mine > mult * max(theirs, eps * (1.0 if "rel" in name else 1e-30)) and mine > 0:
-                worse.append(f"{name} {mine:.6g} > {mult:g}x the CPU's {theirs:.6g}")
-    for name in ("nan_inf_mismatch",):
-        if float(verdict.metrics.get(name, 0)) > float(cpu.metrics.get(name, 0)):
-            worse.append(f"{name} {verdict.metrics[name]:g} > the CPU's {cpu.metrics[name]:g}")
-    if "cosine" in verdict.metrics and "cosine" in cpu.metrics:
-        if float(verdict.metrics["cosine"]) < float(cpu.metrics["cosine"]) - 1e-3:
-            worse.append(f"cosine {verdict.metrics['cosine']:.6g} < the CPU's "
-                         f"{cpu.metrics['cosine']:.6g}")
-    if not worse:
-        return dataclasses.replace(verdict, passed=True, message="")
-    return dataclasses.replace(verdict, message=(
-        verdict.message + "\nThe CPU in this dtype misses the standard too (Note [When the "
-        "CPU fails the standard too]); the DUT is worse than the CPU: " + "; ".join(worse)))
 
 
 def _plain(value: Any) -> Any:
@@ -608,15 +558,15 @@ def _upcast(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float32 else torch.float32
 
 
-def run_case(op, case: Case, device, *, limit: int = SAMPLES_PER_CASE,
-             budget: Optional[Budget] = None, reproduce: str = "") -> list[Outcome]:
+def run_case(op, case: OpInfoCase, device, *, limit: int = SAMPLES_PER_CASE,
+             budget: Optional[Budget] = None, reproduce: str = "") -> list[SampleOutcome]:
     """Every record of one case: per sample a ``fwd`` and (with autograd) a ``bwd``."""
     if case.skip_reason:
-        return [Outcome(f"{case.id}/fwd", "skip", message=case.skip_reason)]
+        return [SampleOutcome(f"{case.id}/fwd", "skip", message=case.skip_reason)]
     if budget is not None:
         budget.start()
         if budget.exhausted():
-            return [Outcome(f"{case.id}/fwd", "skip",
+            return [SampleOutcome(f"{case.id}/fwd", "skip",
                             message=f"op budget of {budget.seconds:g} s spent "
                                     f"(--op-budget); case not run")]
     dtype = torch_dtype(case.dtype)
@@ -624,18 +574,18 @@ def run_case(op, case: Case, device, *, limit: int = SAMPLES_PER_CASE,
     try:
         picked = samples(op, case, limit=limit, requires_grad=backward)
     except Exception as exc:  # noqa: BLE001 - a generator broken on this torch
-        return [Outcome(f"{case.id}/fwd", "skip",
+        return [SampleOutcome(f"{case.id}/fwd", "skip",
                         message=f"OpInfo sample generation failed on the CPU: {_short(exc)}")]
     if not picked:
-        return [Outcome(f"{case.id}/fwd", "skip", message="OpInfo yields no sample")]
+        return [SampleOutcome(f"{case.id}/fwd", "skip", message="OpInfo yields no sample")]
     digests = unique_digests(sample_signature(s, dtype) for s in picked)
     up = _upcast(dtype)
     if not op.supports_dtype(up, "cpu"):
         up = torch.float32 if op.supports_dtype(torch.float32, "cpu") else dtype
-    out: list[Outcome] = []
+    out: list[SampleOutcome] = []
     for sample, digest in zip(picked, digests):
         if budget is not None and budget.exhausted():
-            out.append(Outcome(f"{case.id}/fwd/{digest}", "skip",
+            out.append(SampleOutcome(f"{case.id}/fwd/{digest}", "skip",
                                message=f"op budget of {budget.seconds:g} s spent (--op-budget)"))
             continue
         out.extend(_run_sample(op, case, sample, digest, device, dtype, up, backward,
@@ -643,10 +593,11 @@ def run_case(op, case: Case, device, *, limit: int = SAMPLES_PER_CASE,
     return out
 
 
-def _run_sample(op, case: Case, sample, digest: str, device, dtype: torch.dtype,
-                up: torch.dtype, backward: bool, reproduce: str) -> list[Outcome]:
+def _run_sample(op, case: OpInfoCase, sample, digest: str, device, dtype: torch.dtype,
+                up: torch.dtype, backward: bool, reproduce: str) -> list[SampleOutcome]:
     fwd_id, bwd_id = f"{case.id}/fwd/{digest}", f"{case.id}/bwd/{digest}"
-    standard = standard_for(case.key)
+    standard = policy.standard_for(case.key, dtype)
+    grad_standard = policy.standard_for(case.key, dtype, "bwd")
     cot_seed = zlib.crc32(bwd_id.encode("utf-8"))
     cpu = torch.device("cpu")
     info = {"signature": sample_signature(sample, dtype)[:500], "standard": standard}
@@ -656,7 +607,7 @@ def _run_sample(op, case: Case, sample, digest: str, device, dtype: torch.dtype,
     lowp = _run(op, sample, device=cpu, from_dtype=dtype, to_dtype=dtype, backward=wants_grad,
                 cotangent_seed=cot_seed, scope=contextlib.nullcontext)
     if lowp.error is not None:
-        return [Outcome(fwd_id, "skip", info=info,
+        return [SampleOutcome(fwd_id, "skip", info=info,
                         message=f"the CPU reference cannot run this sample in {case.dtype}: "
                                 f"{_short(lowp.error)}")]
     ref = _run(op, sample, device=cpu, from_dtype=dtype, to_dtype=up, backward=wants_grad,
@@ -666,37 +617,32 @@ def _run_sample(op, case: Case, sample, digest: str, device, dtype: torch.dtype,
         info["reference"] = f"{case.dtype} (up-cast failed: {_short(ref.error, 120)})"
         ref = lowp
 
-    capture_stderr = fallback.default_stderr_capture(device.type)
-
-    @contextlib.contextmanager
-    def dut_scope():
-        with device.scope(), fallback.capture(stderr=capture_stderr) as seen:
-            captures.append(seen)
-            yield
-            device.synchronize()
-
-    captures: list[fallback.Capture] = []
+    seen = policy.Watch(phase=None)
     dut = _run(op, sample, device=device.torch_device, from_dtype=dtype, to_dtype=dtype,
-               backward=wants_grad, cotangent_seed=cot_seed, scope=dut_scope)
-    fell_back = [op_name for c in captures for op_name in c.ops]
+               backward=wants_grad, cotangent_seed=cot_seed,
+               scope=lambda: policy.watch(device, into=seen), seen=seen)
+    fell_back = list(seen.fallback.ops)
+    info["aten_ops"] = seen.info()
     where = f" [{device.type}, {case.dtype}, {standard}]"
     repro = f"\nreproduce: {reproduce}" if reproduce else ""
 
     def finish(record_id: str, ok: bool, metrics: dict, rules: dict, messages: list[str],
-               notes: list[str]):
-        extra = {**info, "notes": notes} if notes else dict(info)
+               notes: list[str], standard: str = standard):
+        extra = {**info, "standard": standard}
+        if notes:
+            extra["notes"] = notes
         if not ok:
-            return Outcome(record_id, "fail", metrics, rules,
+            return SampleOutcome(record_id, "fail", metrics, rules,
                            f"{record_id}{where}:\n" + "\n".join(messages) + repro, extra)
         if fell_back:
-            return Outcome(record_id, "fallback", metrics, rules,
+            return SampleOutcome(record_id, "fallback", metrics, rules,
                            f"{record_id}: the DUT ran {', '.join(fell_back)} on the host CPU "
                            "(torch_npu CPU fallback)", {**extra, "fallback_ops": fell_back})
-        return Outcome(record_id, "pass", metrics, rules, "", extra)
+        return SampleOutcome(record_id, "pass", metrics, rules, "", extra)
 
     if dut.error is not None:
         status = classify_error(dut.error)
-        return [Outcome(fwd_id, status, info={**info, "exception": _short(dut.error, 1000)},
+        return [SampleOutcome(fwd_id, status, info={**info, "exception": _short(dut.error, 1000)},
                         message=f"{fwd_id}{where}: the DUT raised {_short(dut.error)}{repro}")]
     results = []
     ok, metrics, rules, messages, notes = compare_values(
@@ -708,7 +654,7 @@ def _run_sample(op, case: Case, sample, digest: str, device, dtype: torch.dtype,
         return results
     if dut.grad_error is not None:
         status = classify_error(dut.grad_error)
-        results.append(Outcome(bwd_id, status,
+        results.append(SampleOutcome(bwd_id, status,
                                info={**info, "exception": _short(dut.grad_error, 1000)},
                                message=f"{bwd_id}{where}: the DUT's backward raised "
                                        f"{_short(dut.grad_error)}{repro}"))
@@ -719,23 +665,24 @@ def _run_sample(op, case: Case, sample, digest: str, device, dtype: torch.dtype,
     if not pairs:
         return results
     d_list, r_list, lp_list = (list(x) for x in zip(*pairs))
-    ok, metrics, rules, messages, notes = compare_values(d_list, r_list, lp_list, standard, "g")
-    results.append(finish(bwd_id, ok, metrics, rules, messages, notes))
+    ok, metrics, rules, messages, notes = compare_values(d_list, r_list, lp_list, grad_standard,
+                                                         "grad")
+    results.append(finish(bwd_id, ok, metrics, rules, messages, notes, grad_standard))
     return results
 
 
-def slice_and_rest(all_cases: Iterable[Case]) -> tuple[list[Case], list[Case]]:
+def slice_and_rest(all_cases: Iterable[OpInfoCase]) -> tuple[list[OpInfoCase], list[OpInfoCase]]:
     """Split cases into the default slice and the slow rest (disjoint, same record ids)."""
     all_cases = list(all_cases)
     return [c for c in all_cases if c.in_slice], [c for c in all_cases if not c.in_slice]
 
 
-def distinct_ops(all_cases: Iterable[Case]) -> int:
+def distinct_ops(all_cases: Iterable[OpInfoCase]) -> int:
     """Distinct op_db names (not variants) among the cases."""
     return len({c.key.split(":", 1)[0] for c in all_cases})
 
 
-__all__ = ["Budget", "Case", "Outcome", "DTYPES", "SKIP_OPS", "SLICE_OPS", "STANDARDS",
+__all__ = ["Budget", "OpInfoCase", "SampleOutcome", "DTYPES", "SKIP_OPS", "SLICE_OPS",
            "cases", "classify_error", "compare_values", "distinct_ops", "find_op",
            "load_op_db", "op_key", "run_case", "sample_digest", "sample_signature",
            "samples", "select", "slice_and_rest", "unique_digests"]

@@ -27,7 +27,7 @@ from typing import Any, Optional
 
 import pytest
 
-from harness import baselines, faults, regress
+from harness import baselines, faults, known_failures, regress
 from harness import session as harness_session
 from harness.argtypes import non_negative_int, positive_float
 from harness.device import DEVICE_TYPES, Device, DeviceUnavailable, select, xdist_worker_index
@@ -305,6 +305,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for marker, (enabled, how) in opt_in.items():
             if not enabled and item.get_closest_marker(marker):
                 item.add_marker(pytest.mark.skip(reason=f"{marker} check: run with {how}"))
+    known_failures.apply(items, state.run.fingerprint if state else None)
 
 
 # -------------------------------------------------------------------------- fixtures

@@ -25,7 +25,7 @@ def op_db():
 
 
 def _case(key, dtype="float32"):
-    return opinfo.Case(key, dtype)
+    return opinfo.OpInfoCase(key, dtype)
 
 
 def test_case_ids_name_op_variant_and_dtype():

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from harness.faults import perturb_op
+from harness.faults import patch_attr, perturb_op
 
 SUITE = "suites/ops/test_catalog.py"
 
@@ -90,3 +90,92 @@ ADD_DRIFT = perturb_op(
 )
 
 FAULTS = [EXP_REL_ERROR, SOFTMAX_NO_MAX, CONV_WEIGHT_GRAD, LOG_NAN_TO_ZERO, MM_NOISE, ADD_DRIFT]
+
+
+# ---- ties at a bound (Note [Ties at a bound] in harness.ops.spec): only the tie rows see
+# these, the ordinary rows' random inputs never sit exactly on a bound
+
+def _hardtanh_grad_inclusive(out, args, kwargs):
+    grad_output, x, low, high = args[:4]
+    return torch.where((x == low) | (x == high), grad_output, out)
+
+
+HARDTANH_TIE_GRAD = perturb_op(
+    "ops.hardtanh_tie_grad_inclusive", family="ops",
+    description="hardtanh's backward passes the gradient at inputs equal to min_val/max_val "
+                "(torch gives 0 there); every input off the bounds is right",
+    op="aten.hardtanh_backward", transform=_hardtanh_grad_inclusive,
+    checks=(f"{SUITE}::test_op[hardtanh_tie-float32]", f"{SUITE}::test_op[hardtanh-float32]"),
+)
+
+
+class _ClampExclusive(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, low, high):
+        ctx.save_for_backward(x)
+        ctx.bounds = (low, high)
+        return x.clamp(low, high)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        low, high = ctx.bounds
+        inside = torch.ones_like(x, dtype=torch.bool)
+        if low is not None:
+            inside &= x > low
+        if high is not None:
+            inside &= x < high
+        return torch.where(inside, grad, torch.zeros_like(grad)), None, None
+
+
+def _clamp_exclusive(original):
+    def clamp(input, min=None, max=None, *, out=None):  # noqa: A002 - torch's names
+        if out is not None or isinstance(min, torch.Tensor) or isinstance(max, torch.Tensor):
+            return original(input, min, max, out=out)
+        return _ClampExclusive.apply(input, min, max)
+    return clamp
+
+
+CLAMP_TIE_GRAD = patch_attr(
+    "ops.clamp_tie_grad_exclusive", family="ops",
+    description="torch.clamp's gradient is 0 at inputs equal to min/max (torch passes it "
+                "there); the forward is right",
+    target="torch.clamp", replace=_clamp_exclusive,
+    checks=(f"{SUITE}::test_op[clamp_tie-float32]", f"{SUITE}::test_op[clamp-float32]"),
+)
+
+FAULTS += [HARDTANH_TIE_GRAD, CLAMP_TIE_GRAD]
+
+
+# ---- keyword semantics (harness.ops.keywords): kernels that ignore an option; only the
+# keyword-coverage samples (KEYWORD_SAMPLES in the catalog) pass it a non-default value
+
+def _bn_ignores_eps(original):
+    def batch_norm(input, running_mean, running_var, weight=None, bias=None,  # noqa: A002
+                   training=False, momentum=0.1, eps=1e-5):
+        return original(input, running_mean, running_var, weight, bias, training, momentum,
+                        1e-5)
+    return batch_norm
+
+
+BN_IGNORES_EPS = patch_attr(
+    "ops.batch_norm_ignores_eps", family="ops",
+    description="batch_norm ignores its eps argument (always 1e-5)",
+    target="torch.nn.functional.batch_norm", replace=_bn_ignores_eps,
+    checks=(f"{SUITE}::test_op[batch_norm-float32]",),
+)
+
+
+def _leaky_default_slope(out, args, kwargs):
+    x = args[0]
+    return torch.where(x > 0, x, x * 0.01)
+
+
+LEAKY_RELU_DEFAULT_SLOPE = perturb_op(
+    "ops.leaky_relu_ignores_negative_slope", family="ops",
+    description="leaky_relu ignores negative_slope (always the default 0.01)",
+    op="aten.leaky_relu.default", transform=_leaky_default_slope,
+    checks=(f"{SUITE}::test_op[leaky_relu-float32]",),
+)
+
+FAULTS += [BN_IGNORES_EPS, LEAKY_RELU_DEFAULT_SLOPE]

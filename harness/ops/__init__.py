@@ -5,11 +5,14 @@
 * :mod:`harness.ops.catalog`: :data:`CATALOG`, the curated training-relevant ops.
 * :mod:`harness.ops.runner`: :func:`run_case`, one case on the DUT against its references.
 * :mod:`harness.ops.stats`: statistical judges for random ops (dropout).
+* :mod:`harness.ops.policy`: the one op policy (exceptions, standards, judging, watching a
+  DUT call) the catalog, the OpInfo sweep and the distributed checks share.
+* :mod:`harness.ops.keywords`: keyword-argument coverage of the catalog.
 """
 
 from harness.ops.catalog import BY_NAME, CATALOG
-from harness.ops.runner import Outcome, case_id, filter_regex, record_id, run_case
+from harness.ops.runner import CaseOutcome, case_id, filter_regex, record_id, run_case
 from harness.ops.spec import FLOATS, INTS, I, M, OpEntry, Sample, T
 
-__all__ = ["BY_NAME", "CATALOG", "FLOATS", "INTS", "I", "M", "OpEntry", "Outcome", "Sample",
+__all__ = ["BY_NAME", "CATALOG", "FLOATS", "INTS", "CaseOutcome", "I", "M", "OpEntry", "Sample",
            "T", "case_id", "filter_regex", "record_id", "run_case"]

@@ -226,6 +226,14 @@ def matmul_samples(shapes: dict, *, kwargs=None) -> tuple[Sample, ...]:
     return tuple(out)
 
 
+def ties(kwargs: dict | None = None) -> tuple[Sample, ...]:
+    """Inputs exactly at an op's bounds (Note [Ties at a bound] in harness.ops.spec)."""
+    kw = dict(kwargs or {})
+    return (Sample("at_bounds", (T((16, 64), "ties"),), kw),
+            Sample("at_bounds_odd257", (T((3, 257), "ties"),), kw),
+            Sample("at_bounds_noncontig", (T((33, 17), "ties", noncontig=True),), kw))
+
+
 def pad_samples(mode: str) -> tuple[Sample, ...]:
     return (Sample("typical", (T((2, 3, 8, 8)),), {"pad": (1, 2, 2, 1), "mode": mode}),
             Sample("1d", (T((2, 3, 17)),), {"pad": (3, 2), "mode": mode}),
@@ -240,8 +248,8 @@ def pad_samples(mode: str) -> tuple[Sample, ...]:
 # Small adapters so every row calls fn(*args, **kwargs); kept here, named, not lambdas
 # scattered through rows, so tracebacks say what ran.
 
-def _batch_norm(x, rm, rv, w, b, training=True):
-    return F.batch_norm(x, rm, rv, w, b, training=training)
+def _batch_norm(x, rm, rv, w, b, training=True, momentum=0.1, eps=1e-5):
+    return F.batch_norm(x, rm, rv, w, b, training=training, momentum=momentum, eps=eps)
 
 
 def _layer_norm(x, w, b, eps=1e-5):
@@ -252,19 +260,19 @@ def _rms_norm(x, w, eps=1e-6):
     return F.rms_norm(x, (x.shape[-1],), w, eps)
 
 
-def _clip_grad_norm(grads, max_norm=1.0, norm_type=2.0):
+def _clip_grad_norm(grads, max_norm=1.0, norm_type=2.0, **kw):
     params = [torch.nn.Parameter(torch.empty_like(g)) for g in grads]
     for param, grad in zip(params, grads):
         param.grad = grad.clone()
-    total = torch.nn.utils.clip_grad_norm_(params, max_norm, norm_type)
+    total = torch.nn.utils.clip_grad_norm_(params, max_norm, norm_type, **kw)
     return (total, *[p.grad for p in params])
 
 
-def _clip_grad_value(grads, clip_value=0.5):
+def _clip_grad_value(grads, clip_value=0.5, **kw):
     params = [torch.nn.Parameter(torch.empty_like(g)) for g in grads]
     for param, grad in zip(params, grads):
         param.grad = grad.clone()
-    torch.nn.utils.clip_grad_value_(params, clip_value)
+    torch.nn.utils.clip_grad_value_(params, clip_value, **kw)
     return tuple(p.grad for p in params)
 
 
@@ -309,22 +317,21 @@ def _embedding_bag(idx, weight, mode="mean"):
     return F.embedding_bag(idx, weight, mode=mode)
 
 
-def _sdpa(q, k, v, is_causal=False):
-    return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
+def _sdpa(q, k, v, attn_mask=None, is_causal=False, **kw):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask, is_causal=is_causal, **kw)
 
 
 def _prelu(x, w):
     return F.prelu(x, w)
 
 
-def _unflatten_fold(x, output_size=(8, 8), kernel_size=3):
-    return F.fold(x, output_size, kernel_size)
+def _unflatten_fold(x, output_size=(8, 8), kernel_size=3, **kw):
+    return F.fold(x, output_size, kernel_size, **kw)
 
 
 # --------------------------------------------------------------------------- catalog
 
 E = OpEntry
-_X = (T((16, 64)),)
 
 CATALOG: tuple[OpEntry, ...] = (
     # ---- convolution
@@ -338,48 +345,44 @@ CATALOG: tuple[OpEntry, ...] = (
     E("linear", F.linear, matmul_samples({
         "typical": ((16, 64), (32, 64), (32,)), "odd257": ((3, 257), (5, 257), (5,)),
         "nobias": ((8, 4, 33), (17, 33), None), "empty": ((0, 64), (32, 64), (32,)),
-        "large": ((1024, 1024), (64, 1024), (64,))}), standard="ulp"),
+        "large": ((1024, 1024), (64, 1024), (64,))})),
     E("matmul", torch.matmul, matmul_samples({
         "typical": ((16, 64), (64, 32)), "odd257": ((5, 257), (257, 3)),
         "bcast": ((4, 8, 16), (16, 12)), "batched_bcast": ((2, 1, 8, 16), (3, 16, 4)),
         "vec": ((33,), (33, 7)), "empty": ((0, 64), (64, 8)),
-        "large": ((1024, 1024), (1024, 16))}), standard="ulp"),
+        "large": ((1024, 1024), (1024, 16))})),
     E("mm", torch.mm, matmul_samples({
         "typical": ((16, 64), (64, 32)), "odd257": ((5, 257), (257, 3)),
         "square": ((33, 33), (33, 33)), "empty": ((0, 64), (64, 8)),
         "large": ((1024, 1024), (1024, 16))}) + (
-        Sample("noncontig", (T((16, 64), noncontig=True), T((64, 32))), {}),),
-        standard="ulp"),
+        Sample("noncontig", (T((16, 64), noncontig=True), T((64, 32))), {}),)),
     E("bmm", torch.bmm, matmul_samples({
         "typical": ((4, 16, 32), (4, 32, 8)), "odd257": ((2, 5, 257), (2, 257, 3)),
         "empty": ((0, 4, 8), (0, 8, 4)), "large": ((64, 128, 128), (64, 128, 16))}) + (
-        Sample("noncontig", (T((4, 16, 32), noncontig=True), T((4, 32, 8))), {}),),
-        standard="ulp"),
+        Sample("noncontig", (T((4, 16, 32), noncontig=True), T((4, 32, 8))), {}),)),
     E("addmm", torch.addmm, matmul_samples({
         "typical": ((16, 32), (16, 64), (64, 32)), "bcast_bias": ((32,), (16, 64), (64, 32)),
         "odd257": ((5, 3), (5, 257), (257, 3)), "empty": ((0, 8), (0, 64), (64, 8)),
         "large": ((1024, 16), (1024, 1024), (1024, 16))}) + (
-        Sample("alpha_beta", (T((16, 32)), T((16, 64)), T((64, 32))), {"beta": 0.5, "alpha": 2.0}),),
-        standard="ulp"),
+        Sample("alpha_beta", (T((16, 32)), T((16, 64)), T((64, 32))), {"beta": 0.5, "alpha": 2.0}),)),
     E("baddbmm", torch.baddbmm, matmul_samples({
         "typical": ((4, 16, 8), (4, 16, 32), (4, 32, 8)),
         "odd257": ((2, 5, 3), (2, 5, 257), (2, 257, 3)),
         "bcast": ((16, 8), (4, 16, 32), (4, 32, 8)),
         "large": ((64, 128, 16), (64, 128, 128), (64, 128, 16))}) + (
         Sample("alpha_beta", (T((4, 16, 8)), T((4, 16, 32)), T((4, 32, 8))),
-               {"beta": 0.5, "alpha": 0.25}),), standard="ulp"),
+               {"beta": 0.5, "alpha": 0.25}),)),
     E("addbmm", torch.addbmm, matmul_samples({
         "typical": ((16, 8), (4, 16, 32), (4, 32, 8)), "odd257": ((5, 3), (2, 5, 257), (2, 257, 3)),
-        "large": ((128, 16), (64, 128, 128), (64, 128, 16))}), standard="ulp"),
+        "large": ((128, 16), (64, 128, 128), (64, 128, 16))})),
     E("addmv", torch.addmv, matmul_samples({
         "typical": ((16,), (16, 64), (64,)), "odd257": ((5,), (5, 257), (257,)),
-        "large": ((1024,), (1024, 1024), (1024,))}), standard="ulp"),
+        "large": ((1024,), (1024, 1024), (1024,))})),
     E("mv", torch.mv, matmul_samples({
         "typical": ((16, 64), (64,)), "odd257": ((5, 257), (257,)),
-        "empty": ((0, 64), (64,)), "large": ((1024, 1024), (1024,))}), standard="ulp"),
+        "empty": ((0, 64), (64,)), "large": ((1024, 1024), (1024,))})),
     E("dot", torch.dot, matmul_samples({
-        "typical": ((64,), (64,)), "odd257": ((257,), (257,)), "large": ((1 << 20,), (1 << 20,))}),
-      standard="ulp"),
+        "typical": ((64,), (64,)), "odd257": ((257,), (257,)), "large": ((1 << 20,), (1 << 20,))})),
     E("einsum", torch.einsum, (
         Sample("bmm", ("bij,bjk->bik", T((4, 8, 16)), T((4, 16, 8)))),
         Sample("attention", ("bhqd,bhkd->bhqk", T((2, 3, 8, 16)), T((2, 3, 9, 16)))),
@@ -389,8 +392,7 @@ CATALOG: tuple[OpEntry, ...] = (
         Sample("large", ("ij,jk->ik", T((1024, 1024)), T((1024, 8))), slow=True))),
     E("outer", torch.outer, (
         Sample("typical", (T((16,)), T((64,)))), Sample("odd257", (T((257,)), T((3,)))),
-        Sample("empty", (T((0,)), T((5,)))), Sample("large", (T((1024,)), T((1024,))), slow=True)),
-      standard="absolute"),
+        Sample("empty", (T((0,)), T((5,)))), Sample("large", (T((1024,)), T((1024,))), slow=True))),
     E("tensordot", torch.tensordot, (
         Sample("typical", (T((4, 8, 16)), T((8, 16, 5))), {"dims": 2}),
         Sample("odd257", (T((3, 257)), T((257, 4))), {"dims": 1}),
@@ -403,9 +405,9 @@ CATALOG: tuple[OpEntry, ...] = (
         Sample("large", (T((4, 8, 256, 128)), T((4, 8, 256, 128)), T((4, 8, 256, 128))),
                slow=True))),
     # ---- pooling
-    E("max_pool1d", F.max_pool1d, pool(1), standard="exact"),
-    E("max_pool2d", F.max_pool2d, pool(2), standard="exact"),
-    E("max_pool3d", F.max_pool3d, pool(3), standard="exact"),
+    E("max_pool1d", F.max_pool1d, pool(1)),
+    E("max_pool2d", F.max_pool2d, pool(2)),
+    E("max_pool3d", F.max_pool3d, pool(3)),
     E("avg_pool1d", F.avg_pool1d, pool(1)),
     E("avg_pool2d", F.avg_pool2d, pool(2)),
     E("avg_pool3d", F.avg_pool3d, pool(3), dtypes=F32,
@@ -416,8 +418,8 @@ CATALOG: tuple[OpEntry, ...] = (
     E("adaptive_avg_pool1d", F.adaptive_avg_pool1d, adaptive(1, 5)),
     E("adaptive_avg_pool2d", F.adaptive_avg_pool2d, adaptive(2, (4, 5))),
     E("adaptive_avg_pool3d", F.adaptive_avg_pool3d, adaptive(3, (2, 3, 4))),
-    E("adaptive_max_pool1d", F.adaptive_max_pool1d, adaptive(1, 5), standard="exact"),
-    E("adaptive_max_pool2d", F.adaptive_max_pool2d, adaptive(2, (4, 5)), standard="exact"),
+    E("adaptive_max_pool1d", F.adaptive_max_pool1d, adaptive(1, 5)),
+    E("adaptive_max_pool2d", F.adaptive_max_pool2d, adaptive(2, (4, 5))),
     # ---- normalisation
     E("batch_norm", _batch_norm, (
         Sample("train_2d", (T((8, 16, 5, 5)), None, None, T((16,)), T((16,))), {"training": True}),
@@ -472,12 +474,11 @@ CATALOG: tuple[OpEntry, ...] = (
     E("softmin", F.softmin, softmaxish()),
     E("logsumexp", torch.logsumexp, reduction(keepdim=True)),
     # ---- activations
-    E("relu", F.relu, unary(), standard="absolute"),
-    E("relu6", F.relu6, unary("wide"), standard="absolute"),
-    E("leaky_relu", F.leaky_relu, unary(kwargs={"negative_slope": 0.01}), standard="absolute"),
-    E("hardtanh", F.hardtanh, unary("wide"), standard="absolute"),
-    E("threshold", F.threshold, unary(kwargs={"threshold": 0.1, "value": -1.0}),
-      standard="absolute"),
+    E("relu", F.relu, unary()),
+    E("relu6", F.relu6, unary("wide")),
+    E("leaky_relu", F.leaky_relu, unary(kwargs={"negative_slope": 0.01})),
+    E("hardtanh", F.hardtanh, unary("wide")),
+    E("threshold", F.threshold, unary(kwargs={"threshold": 0.1, "value": -1.0})),
     E("gelu", F.gelu, unary("wide")),
     E("gelu_tanh", F.gelu, unary("wide", kwargs={"approximate": "tanh"})),
     E("silu", F.silu, unary("wide")),
@@ -494,9 +495,9 @@ CATALOG: tuple[OpEntry, ...] = (
     E("softsign", F.softsign, unary("wide")),
     E("tanhshrink", F.tanhshrink, unary()),
     E("logsigmoid", F.logsigmoid, unary("wide")),
-    E("hardshrink", F.hardshrink, unary(), standard="exact"),
-    E("softshrink", F.softshrink, unary(), standard="absolute"),
-    E("rrelu_eval", F.rrelu, unary(kwargs={"training": False}), standard="absolute"),
+    E("hardshrink", F.hardshrink, unary()),
+    E("softshrink", F.softshrink, unary()),
+    E("rrelu_eval", F.rrelu, unary(kwargs={"training": False})),
     E("prelu", _prelu, (
         Sample("typical", (T((8, 16, 5)), T((16,)))),
         Sample("shared", (T((16, 64)), T((1,)))),
@@ -590,9 +591,9 @@ CATALOG: tuple[OpEntry, ...] = (
     E("log10", torch.log10, unary("positive")),
     E("log1p", torch.log1p, unary("prob")),
     E("sqrt", torch.sqrt, unary("positive")),
-    E("rsqrt", torch.rsqrt, unary("positive"), standard="absolute"),
-    E("reciprocal", torch.reciprocal, unary("nonzero"), standard="absolute"),
-    E("square", torch.square, unary(), standard="absolute"),
+    E("rsqrt", torch.rsqrt, unary("positive")),
+    E("reciprocal", torch.reciprocal, unary("nonzero")),
+    E("square", torch.square, unary()),
     E("pow", torch.pow, (
         Sample("cube", (T((16, 64)), 3)), Sample("sqrt", (T((16, 64), "positive"), 0.5)),
         Sample("odd257", (T((3, 257), "positive"), 1.7)),
@@ -618,26 +619,37 @@ CATALOG: tuple[OpEntry, ...] = (
     E("logit", torch.logit, unary("prob")),
     E("lgamma", torch.lgamma, unary("positive")),
     E("digamma", torch.digamma, unary("positive")),
-    E("abs", torch.abs, unary(), dtypes=FI, standard="exact"),
-    E("neg", torch.neg, unary(), dtypes=FI, standard="exact"),
-    E("sign", torch.sign, unary(), dtypes=FI, standard="exact", backward=False),
-    E("floor", torch.floor, unary("wide"), standard="exact", backward=False),
-    E("ceil", torch.ceil, unary("wide"), standard="exact", backward=False),
-    E("round", torch.round, unary("wide"), standard="exact", backward=False),
-    E("trunc", torch.trunc, unary("wide"), standard="exact", backward=False),
-    E("frac", torch.frac, unary("wide"), standard="absolute"),
-    E("clamp", torch.clamp, unary(kwargs={"min": -0.5, "max": 0.75}), dtypes=FLOATS,
-      standard="exact", note="bounds representable in every dtype, so the result is exact"),
-    E("nan_to_num", torch.nan_to_num, unary(), standard="exact"),
-    E("add", torch.add, binary(), dtypes=FI, standard="absolute"),
-    E("add_alpha", torch.add, binary(kwargs={"alpha": 0.5}), standard="relative"),
-    E("sub", torch.sub, binary(), dtypes=FI, standard="absolute"),
-    E("mul", torch.mul, binary(), dtypes=FI, standard="absolute"),
-    E("div", torch.div, binary("normal", "nonzero"), standard="absolute"),
+    E("abs", torch.abs, unary(), dtypes=FI),
+    E("neg", torch.neg, unary(), dtypes=FI),
+    E("sign", torch.sign, unary(), dtypes=FI, backward=False),
+    E("floor", torch.floor, unary("wide"), backward=False),
+    E("ceil", torch.ceil, unary("wide"), backward=False),
+    E("round", torch.round, unary("wide"), backward=False),
+    E("round_decimals", torch.round, (
+        Sample("decimals2", (T((16, 64), "wide"),), {"decimals": 2}),
+        Sample("decimals_neg1", (T((3, 257), "large"),), {"decimals": -1})), backward=False,
+      note="x * 10^d rounded then divided: not a single rounding, so relative, not exact"),
+    E("trunc", torch.trunc, unary("wide"), backward=False),
+    E("frac", torch.frac, unary("wide")),
+    E("clamp", torch.clamp, unary(kwargs={"min": -0.5, "max": 0.75}), dtypes=FLOATS, note="bounds representable in every dtype, so the result is exact"),
+    # inputs equal to the bound, forward and backward (Note [Ties at a bound])
+    E("clamp_tie", torch.clamp, ties({"min": -0.5, "max": 0.75})),
+    E("clamp_min_tie", torch.clamp_min, ties({"min": -0.5})),
+    E("clamp_max_tie", torch.clamp_max, ties({"max": 0.75})),
+    E("hardtanh_tie", F.hardtanh, ties({"min_val": -0.5, "max_val": 0.75})),
+    E("relu6_tie", F.relu6, ties()),
+    E("relu_tie", F.relu, ties()),
+    E("nan_to_num", torch.nan_to_num, unary()),
+    E("add", torch.add, binary(), dtypes=FI),
+    E("add_alpha", torch.add, binary(kwargs={"alpha": 0.5})),
+    E("sub", torch.sub, binary(), dtypes=FI),
+    E("sub_alpha", torch.sub, binary(kwargs={"alpha": 0.5})),
+    E("mul", torch.mul, binary(), dtypes=FI),
+    E("div", torch.div, binary("normal", "nonzero")),
     E("div_floor", torch.div, binary("wide", "nonzero", kwargs={"rounding_mode": "floor"}),
-      dtypes=FI, standard="exact", backward=False),
-    E("maximum", torch.maximum, binary(), dtypes=FI, standard="exact"),
-    E("minimum", torch.minimum, binary(), dtypes=FI, standard="exact"),
+      dtypes=FI, backward=False),
+    E("maximum", torch.maximum, binary(), dtypes=FI),
+    E("minimum", torch.minimum, binary(), dtypes=FI),
     E("fmod", torch.fmod, binary("wide", "nonzero", grad_b=False), dtypes=FI),
     E("remainder", torch.remainder, binary("wide", "nonzero", grad_b=False), dtypes=FI),
     E("atan2", torch.atan2, binary()),
@@ -647,13 +659,13 @@ CATALOG: tuple[OpEntry, ...] = (
     E("addcdiv", torch.addcdiv, ternary("normal", "normal", "nonzero", kwargs={"value": 0.5})),
     E("lerp", torch.lerp, ternary("normal", "normal", "prob")),
     # ---- comparisons (bool outputs: exact)
-    E("eq", torch.eq, binary(), dtypes=FI, backward=False, standard="exact"),
-    E("ne", torch.ne, binary(), dtypes=FI, backward=False, standard="exact"),
-    E("lt", torch.lt, binary(), dtypes=FI, backward=False, standard="exact"),
-    E("le", torch.le, binary(), dtypes=FI, backward=False, standard="exact"),
-    E("gt", torch.gt, binary(), dtypes=FI, backward=False, standard="exact"),
-    E("ge", torch.ge, binary(), dtypes=FI, backward=False, standard="exact"),
-    E("isclose", torch.isclose, binary(), backward=False, standard="exact"),
+    E("eq", torch.eq, binary(), dtypes=FI, backward=False),
+    E("ne", torch.ne, binary(), dtypes=FI, backward=False),
+    E("lt", torch.lt, binary(), dtypes=FI, backward=False),
+    E("le", torch.le, binary(), dtypes=FI, backward=False),
+    E("gt", torch.gt, binary(), dtypes=FI, backward=False),
+    E("ge", torch.ge, binary(), dtypes=FI, backward=False),
+    E("isclose", torch.isclose, binary(), backward=False),
     # ---- reductions
     E("sum", torch.sum, reduction(), dtypes=FI, condition=True),
     E("mean", torch.mean, reduction(), condition=True),
@@ -662,18 +674,13 @@ CATALOG: tuple[OpEntry, ...] = (
     E("var_unbiased0", torch.var, reduction(correction=0)),
     E("norm", torch.linalg.vector_norm, reduction()),
     E("norm_l1", torch.linalg.vector_norm, reduction(ord=1)),
-    E("norm_inf", torch.linalg.vector_norm, reduction("distinct", ord=float("inf")),
-      standard="exact"),
-    E("amax", torch.amax, reduction("distinct"), dtypes=FI, standard="exact"),
-    E("amin", torch.amin, reduction("distinct"), dtypes=FI, standard="exact"),
-    E("max_dim", torch.max, reduction("distinct", all_kwargs={"dim": 0}), dtypes=FI,
-      standard="exact"),
-    E("min_dim", torch.min, reduction("distinct", all_kwargs={"dim": 0}), dtypes=FI,
-      standard="exact"),
-    E("argmax", torch.argmax, reduction("distinct", all_kwargs={}), dtypes=FI, backward=False,
-      standard="exact"),
-    E("argmin", torch.argmin, reduction("distinct", all_kwargs={}), dtypes=FI, backward=False,
-      standard="exact"),
+    E("norm_inf", torch.linalg.vector_norm, reduction("distinct", ord=float("inf"))),
+    E("amax", torch.amax, reduction("distinct"), dtypes=FI),
+    E("amin", torch.amin, reduction("distinct"), dtypes=FI),
+    E("max_dim", torch.max, reduction("distinct", all_kwargs={"dim": 0}), dtypes=FI),
+    E("min_dim", torch.min, reduction("distinct", all_kwargs={"dim": 0}), dtypes=FI),
+    E("argmax", torch.argmax, reduction("distinct", all_kwargs={}), dtypes=FI, backward=False),
+    E("argmin", torch.argmin, reduction("distinct", all_kwargs={}), dtypes=FI, backward=False),
     E("prod", torch.prod, (
         Sample("typical", (T((16, 32), "near1"),), {"dim": 1}),
         Sample("odd257", (T((3, 257), "near1"),), {"dim": 0}),
@@ -683,14 +690,11 @@ CATALOG: tuple[OpEntry, ...] = (
         Sample("large", (T(LARGE, "near1"),), {"dim": 0}, slow=True))),
     E("cumsum", torch.cumsum, scan(), dtypes=FI, condition=True),
     E("cumprod", torch.cumprod, scan("near1")),
-    E("cummax", torch.cummax, scan("distinct"), standard="exact"),
+    E("cummax", torch.cummax, scan("distinct")),
     E("logcumsumexp", torch.logcumsumexp, scan()),
-    E("count_nonzero", torch.count_nonzero, reduction(keepdim=False), dtypes=FI, backward=False,
-      standard="exact"),
-    E("all", torch.all, reduction(keepdim=False, all_kwargs={}), dtypes=FI, backward=False,
-      standard="exact"),
-    E("any", torch.any, reduction(keepdim=False, all_kwargs={}), dtypes=FI, backward=False,
-      standard="exact"),
+    E("count_nonzero", torch.count_nonzero, reduction(keepdim=False), dtypes=FI, backward=False),
+    E("all", torch.all, reduction(keepdim=False, all_kwargs={}), dtypes=FI, backward=False),
+    E("any", torch.any, reduction(keepdim=False, all_kwargs={}), dtypes=FI, backward=False),
     # ---- indexing
     E("gather", torch.gather, (
         Sample("typical", (T((16, 64)), 1, I((16, 10), 64))),
@@ -699,12 +703,12 @@ CATALOG: tuple[OpEntry, ...] = (
         Sample("noncontig", (T((33, 17), noncontig=True), 1, I((33, 4), 17))),
         Sample("empty", (T((16, 64)), 1, I((16, 0), 64))),
         Sample("large", (T(LARGE), 1, I((1024, 1024), 1024)), slow=True)),
-      dtypes=FI, standard="exact"),
+      dtypes=FI),
     E("take_along_dim", torch.take_along_dim, (
         Sample("typical", (T((16, 64)), I((16, 10), 64)), {"dim": 1}),
         Sample("odd257", (T((3, 257)), I((3, 5), 257)), {"dim": 1}),
         Sample("large", (T(LARGE), I((1024, 1024), 1024)), {"dim": 1}, slow=True)),
-      dtypes=FI, standard="exact"),
+      dtypes=FI),
     E("scatter", torch.scatter, (
         Sample("typical", (T((16, 64)), 1, I((16, 10), 64, unique=True), T((16, 10)))),
         Sample("odd257", (T((3, 257)), 1, I((3, 40), 257, unique=True), T((3, 40)))),
@@ -712,7 +716,7 @@ CATALOG: tuple[OpEntry, ...] = (
                              T((33, 5)))),
         Sample("empty", (T((16, 64)), 1, I((16, 0), 64), T((16, 0)))),
         Sample("large", (T(LARGE), 1, I((1024, 512), 1024, unique=True), T((1024, 512))),
-               slow=True)), dtypes=FI, standard="exact"),
+               slow=True)), dtypes=FI),
     E("scatter_add", torch.scatter_add, (
         Sample("typical", (T((16, 64)), 1, I((16, 100), 64), T((16, 100)))),
         Sample("odd257", (T((3, 257)), 1, I((3, 300), 257), T((3, 300)))),
@@ -734,7 +738,7 @@ CATALOG: tuple[OpEntry, ...] = (
         Sample("noncontig", (T((33, 17), noncontig=True), 1, I((9,), 17))),
         Sample("empty", (T((16, 64)), 0, I((0,), 16))),
         Sample("large", (T(LARGE), 0, I((1024,), 1024)), slow=True)),
-      dtypes=FI, standard="exact"),
+      dtypes=FI),
     E("index_add", torch.index_add, (
         Sample("typical", (T((16, 64)), 0, I((20,), 16), T((20, 64)))),
         Sample("alpha", (T((16, 64)), 1, I((30,), 64), T((16, 30))), {"alpha": 0.5}),
@@ -746,7 +750,7 @@ CATALOG: tuple[OpEntry, ...] = (
         Sample("typical", (T((16, 64)), 0, I((10,), 16, unique=True), T((10, 64)))),
         Sample("odd257", (T((257, 3)), 0, I((100,), 257, unique=True), T((100, 3)))),
         Sample("large", (T(LARGE), 0, I((512,), 1024, unique=True), T((512, 1024))), slow=True)),
-      dtypes=FI, standard="exact"),
+      dtypes=FI),
     E("index_put", torch.index_put, (
         Sample("typical", (T((16, 64)), (I((10,), 16, unique=True),), T((10, 64)))),
         Sample("accumulate", (T((16, 64)), (I((30,), 16),), T((30, 64))), {"accumulate": True}),
@@ -756,36 +760,36 @@ CATALOG: tuple[OpEntry, ...] = (
         Sample("typical", (T((16, 64)), I((10,), 16))),
         Sample("odd257", (T((257, 3)), I((300,), 257))),
         Sample("2d_index", (T((16, 64)), I((4, 5), 16))),
-        Sample("large", (T(LARGE), I((1024,), 1024)), slow=True)), dtypes=FI, standard="exact"),
+        Sample("large", (T(LARGE), I((1024,), 1024)), slow=True)), dtypes=FI),
     E("getitem_slice", _getitem_slice, (
         Sample("typical", (T((16, 64)),)), Sample("odd257", (T((3, 257)),)),
         Sample("noncontig", (T((33, 17), noncontig=True),)), Sample("empty", (T((0, 64)),)),
-        Sample("large", (T(LARGE),), slow=True)), dtypes=FI, standard="exact"),
+        Sample("large", (T(LARGE),), slow=True)), dtypes=FI),
     E("masked_fill", torch.masked_fill, (
         Sample("typical", (T((16, 64)), M((16, 64)), -1024.0)),
         Sample("bcast_mask", (T((4, 16, 64)), M((16, 64)), 0.0)),
         Sample("odd257", (T((3, 257)), M((3, 257)), 2.5)),
         Sample("noncontig", (T((33, 17), noncontig=True), M((33, 17)), -3.0)),
         Sample("empty", (T((0, 64)), M((0, 64)), 1.0)),
-        Sample("large", (T(LARGE), M(LARGE), 0.0), slow=True)), dtypes=FI, standard="exact"),
+        Sample("large", (T(LARGE), M(LARGE), 0.0), slow=True)), dtypes=FI),
     E("masked_select", torch.masked_select, (
         Sample("typical", (T((16, 64)), M((16, 64)))),
         Sample("bcast_mask", (T((4, 16, 64)), M((16, 64)))),
         Sample("odd257", (T((3, 257)), M((3, 257)))),
-        Sample("large", (T(LARGE), M(LARGE)), slow=True)), dtypes=FI, standard="exact"),
+        Sample("large", (T(LARGE), M(LARGE)), slow=True)), dtypes=FI),
     E("where", torch.where, (
         Sample("typical", (M((16, 64)), T((16, 64)), T((16, 64)))),
         Sample("bcast", (M((4, 1, 64)), T((1, 5, 64)), T((64,)))),
         Sample("odd257", (M((3, 257)), T((3, 257)), T((3, 257)))),
         Sample("noncontig", (M((33, 17)), T((33, 17), noncontig=True), T((33, 17)))),
         Sample("empty", (M((0, 64)), T((0, 64)), T((0, 64)))),
-        Sample("large", (M(LARGE), T(LARGE), T(LARGE)), slow=True)), dtypes=FI, standard="exact"),
+        Sample("large", (M(LARGE), T(LARGE), T(LARGE)), slow=True)), dtypes=FI),
     E("embedding", F.embedding, (
         Sample("typical", (I((8, 12), 100), T((100, 32)))),
         Sample("padding_idx", (I((8, 12), 20), T((20, 32))), {"padding_idx": 0}),
         Sample("odd257", (I((5, 7), 257), T((257, 33)))),
         Sample("empty", (I((0, 12), 100), T((100, 32)))),
-        Sample("large", (I((64, 512), 30000), T((30000, 64))), slow=True)), standard="exact"),
+        Sample("large", (I((64, 512), 30000), T((30000, 64))), slow=True))),
     E("embedding_bag", _embedding_bag, (
         Sample("mean", (I((4, 5), 100), T((100, 32))), {"mode": "mean"}),
         Sample("sum", (I((4, 5), 100), T((100, 32))), {"mode": "sum"}),
@@ -795,7 +799,7 @@ CATALOG: tuple[OpEntry, ...] = (
     E("one_hot", F.one_hot, (
         Sample("typical", (I((16,), 10), 10)), Sample("odd257", (I((3, 7), 257), 257)),
         Sample("empty", (I((0,), 10), 10)), Sample("large", (I((4096,), 300), 300), slow=True)),
-      dtypes=("int64",), backward=False, standard="exact"),
+      dtypes=("int64",), backward=False),
     # ---- shape / layout
     E("cat", torch.cat, (
         Sample("typical", ([T((4, 16)), T((6, 16)), T((1, 16))],), {"dim": 0}),
@@ -804,7 +808,7 @@ CATALOG: tuple[OpEntry, ...] = (
         Sample("noncontig", ([T((9, 7), noncontig=True), T((9, 7))],), {"dim": 0}),
         Sample("with_empty", ([T((0, 16)), T((3, 16))],), {"dim": 0}),
         Sample("large", ([T((512, 1024)), T((512, 1024))],), {"dim": 0}, slow=True)),
-      dtypes=FI, standard="exact", grad_standard="exact"),
+      dtypes=FI),
     E("stack", torch.stack, (
         Sample("typical", ([T((4, 16)), T((4, 16)), T((4, 16))],), {"dim": 0}),
         Sample("dim_last", ([T((4, 16)), T((4, 16))],), {"dim": -1}),
@@ -812,78 +816,60 @@ CATALOG: tuple[OpEntry, ...] = (
         Sample("noncontig", ([T((9, 7), noncontig=True), T((9, 7))],), {"dim": 0}),
         Sample("empty", ([T((0, 16)), T((0, 16))],), {"dim": 0}),
         Sample("large", ([T((512, 1024)), T((512, 1024))],), {"dim": 0}, slow=True)),
-      dtypes=FI, standard="exact", grad_standard="exact"),
-    E("permute_contiguous", _permute, layout(), dtypes=FI, standard="exact",
-      grad_standard="exact"),
-    E("transpose_contiguous", _transpose, layout(), dtypes=FI, standard="exact",
-      grad_standard="exact"),
-    E("reshape", torch.reshape, layout(kwargs={"shape": (-1,)}), dtypes=FI, standard="exact",
-      grad_standard="exact"),
-    E("flatten", torch.flatten, layout(kwargs={"start_dim": 1}), dtypes=FI, standard="exact",
-      grad_standard="exact"),
-    E("flip", torch.flip, layout(kwargs={"dims": (0, 2)}), dtypes=FI, standard="exact",
-      grad_standard="exact"),
-    E("roll", torch.roll, layout(kwargs={"shifts": (3, -1), "dims": (2, 0)}), dtypes=FI,
-      standard="exact", grad_standard="exact"),
-    E("movedim", torch.movedim, layout(kwargs={"source": 0, "destination": -1}), dtypes=FI,
-      standard="exact", grad_standard="exact"),
-    E("expand_contiguous", _expand, layout(), dtypes=FI, standard="exact"),
+      dtypes=FI),
+    E("permute_contiguous", _permute, layout(), dtypes=FI),
+    E("transpose_contiguous", _transpose, layout(), dtypes=FI),
+    E("reshape", torch.reshape, layout(kwargs={"shape": (-1,)}), dtypes=FI),
+    E("flatten", torch.flatten, layout(kwargs={"start_dim": 1}), dtypes=FI),
+    E("flip", torch.flip, layout(kwargs={"dims": (0, 2)}), dtypes=FI),
+    E("roll", torch.roll, layout(kwargs={"shifts": (3, -1), "dims": (2, 0)}), dtypes=FI),
+    E("movedim", torch.movedim, layout(kwargs={"source": 0, "destination": -1}), dtypes=FI),
+    E("expand_contiguous", _expand, layout(), dtypes=FI),
     E("repeat", torch.Tensor.repeat, (
         Sample("typical", (T((4, 8, 16)), 2, 1, 3)), Sample("odd257", (T((3, 257)), 3, 2)),
         Sample("empty", (T((0, 16)), 2, 2)), Sample("large", (T((256, 1024)), 4, 1), slow=True)),
-      dtypes=FI, standard="exact"),
+      dtypes=FI),
     E("tile", torch.tile, (
         Sample("typical", (T((4, 8, 16)), (2, 1, 3))), Sample("odd257", (T((3, 257)), (3,))),
-        Sample("large", (T((256, 1024)), (4, 1)), slow=True)), dtypes=FI, standard="exact"),
+        Sample("large", (T((256, 1024)), (4, 1)), slow=True)), dtypes=FI),
     E("repeat_interleave", torch.repeat_interleave, (
         Sample("typical", (T((4, 16)), 3), {"dim": 1}), Sample("odd257", (T((3, 257)), 2), {"dim": 0}),
-        Sample("large", (T((256, 1024)), 4), {"dim": 0}, slow=True)), dtypes=FI, standard="exact"),
+        Sample("large", (T((256, 1024)), 4), {"dim": 0}, slow=True)), dtypes=FI),
     E("split", _tuple(torch.split), layout(kwargs={"split_size_or_sections": 3, "dim": 1}),
-      dtypes=FI, standard="exact", grad_standard="exact"),
-    E("chunk", _tuple(torch.chunk), layout(kwargs={"chunks": 3, "dim": -1}), dtypes=FI,
-      standard="exact", grad_standard="exact"),
-    E("unbind", _tuple(torch.unbind), layout(kwargs={"dim": 1}, empty=False), dtypes=FI,
-      standard="exact", grad_standard="exact"),
-    E("narrow", torch.narrow, layout(kwargs={"dim": 1, "start": 1, "length": 3}), dtypes=FI,
-      standard="exact", grad_standard="exact"),
-    E("squeeze_unsqueeze", torch.unsqueeze, layout(kwargs={"dim": 1}), dtypes=FI,
-      standard="exact", grad_standard="exact"),
-    E("tril", torch.tril, layout(kwargs={"diagonal": -1}), dtypes=FI, standard="exact",
-      grad_standard="exact"),
-    E("triu", torch.triu, layout(kwargs={"diagonal": 1}), dtypes=FI, standard="exact",
-      grad_standard="exact"),
-    E("diagonal", torch.diagonal, layout(kwargs={"dim1": 1, "dim2": 2}), dtypes=FI,
-      standard="exact", grad_standard="exact"),
-    E("clone", torch.clone, layout(), dtypes=FI, standard="exact", grad_standard="exact"),
-    E("to_float32", torch.Tensor.float, layout(), standard="exact"),
-    E("pad_constant", F.pad, pad_samples("constant"), dtypes=FI, standard="exact",
-      grad_standard="exact"),
-    E("pad_reflect", F.pad, pad_samples("reflect"), standard="exact"),
-    E("pad_replicate", F.pad, pad_samples("replicate"), standard="exact"),
-    E("pad_circular", F.pad, pad_samples("circular"), standard="exact"),
+      dtypes=FI),
+    E("chunk", _tuple(torch.chunk), layout(kwargs={"chunks": 3, "dim": -1}), dtypes=FI),
+    E("unbind", _tuple(torch.unbind), layout(kwargs={"dim": 1}, empty=False), dtypes=FI),
+    E("narrow", torch.narrow, layout(kwargs={"dim": 1, "start": 1, "length": 3}), dtypes=FI),
+    E("squeeze_unsqueeze", torch.unsqueeze, layout(kwargs={"dim": 1}), dtypes=FI),
+    E("tril", torch.tril, layout(kwargs={"diagonal": -1}), dtypes=FI),
+    E("triu", torch.triu, layout(kwargs={"diagonal": 1}), dtypes=FI),
+    E("diagonal", torch.diagonal, layout(kwargs={"dim1": 1, "dim2": 2}), dtypes=FI),
+    E("clone", torch.clone, layout(), dtypes=FI),
+    E("to_float32", torch.Tensor.float, layout()),
+    E("pad_constant", F.pad, pad_samples("constant"), dtypes=FI),
+    E("pad_reflect", F.pad, pad_samples("reflect")),
+    E("pad_replicate", F.pad, pad_samples("replicate")),
+    E("pad_circular", F.pad, pad_samples("circular")),
     E("pixel_shuffle", F.pixel_shuffle, (
         Sample("typical", (T((2, 8, 5, 5)), 2)), Sample("odd", (T((1, 9, 7, 3)), 3)),
         Sample("noncontig", (T((2, 8, 5, 6), noncontig=True), 2)),
-        Sample("large", (T((4, 64, 64, 64)), 2), slow=True)), standard="exact",
-      grad_standard="exact"),
+        Sample("large", (T((4, 64, 64, 64)), 2), slow=True))),
     E("pixel_unshuffle", F.pixel_unshuffle, (
         Sample("typical", (T((2, 2, 10, 10)), 2)), Sample("odd", (T((1, 3, 9, 6)), 3)),
-        Sample("large", (T((4, 16, 128, 128)), 2), slow=True)), standard="exact",
-      grad_standard="exact"),
+        Sample("large", (T((4, 16, 128, 128)), 2), slow=True))),
     E("unfold_im2col", F.unfold, (
         Sample("typical", (T((2, 3, 8, 8)),), {"kernel_size": 3}),
         Sample("stride_pad", (T((2, 3, 9, 9)),), {"kernel_size": 3, "stride": 2, "padding": 1}),
         Sample("odd", (T((1, 5, 11, 7)),), {"kernel_size": (2, 3), "dilation": 2}),
-        Sample("large", (T((4, 16, 64, 64)),), {"kernel_size": 3}, slow=True)), standard="exact"),
+        Sample("large", (T((4, 16, 64, 64)),), {"kernel_size": 3}, slow=True))),
     E("fold_col2im", _unflatten_fold, (
         Sample("typical", (T((2, 27, 36)),), {"output_size": (8, 8), "kernel_size": 3}),
         Sample("odd", (T((1, 18, 35)),), {"output_size": (6, 9), "kernel_size": (2, 3)}),
         Sample("large", (T((4, 144, 3844)),), {"output_size": (64, 64), "kernel_size": 3},
                slow=True))),
     # ---- interpolation
-    E("interpolate_nearest", F.interpolate, interp(2, "nearest", False), standard="exact"),
-    E("interpolate_nearest_exact", F.interpolate, interp(2, "nearest-exact", False),
-      standard="exact"),
+    E("interpolate_nearest", F.interpolate, interp(2, "nearest", False)),
+    E("interpolate_nearest_exact", F.interpolate, interp(2, "nearest-exact", False)),
     E("interpolate_linear", F.interpolate, interp(1, "linear", True)),
     E("interpolate_bilinear", F.interpolate, interp(2, "bilinear", True)),
     E("interpolate_bicubic", F.interpolate, interp(2, "bicubic", True)),
@@ -891,31 +877,31 @@ CATALOG: tuple[OpEntry, ...] = (
     E("interpolate_area", F.interpolate, tuple(
         s for s in interp(2, "area", False) if s.name != "odd_size")),
     # ---- sorting
-    E("sort", torch.sort, scan("distinct"), dtypes=FI, standard="exact"),
+    E("sort", torch.sort, scan("distinct"), dtypes=FI),
     E("sort_descending_stable", torch.sort, tuple(
         Sample(s.name, s.args, {**s.kwargs, "descending": True, "stable": True}, s.slow)
-        for s in scan()), dtypes=FI, standard="exact"),
+        for s in scan()), dtypes=FI),
     E("argsort", torch.argsort, tuple(
         Sample(s.name, s.args, {**s.kwargs, "stable": True}, s.slow) for s in scan()),
-      dtypes=FI, backward=False, standard="exact"),
+      dtypes=FI, backward=False),
     E("topk", torch.topk, (
         Sample("typical", (T((16, 64), "distinct"), 5), {"dim": 1}),
         Sample("smallest", (T((16, 64), "distinct"), 7), {"dim": 1, "largest": False}),
         Sample("odd257", (T((3, 257), "distinct"), 17), {"dim": -1}),
         Sample("noncontig", (T((33, 17), "distinct", noncontig=True), 3), {"dim": 0}),
         Sample("empty", (T((0, 64), "distinct"), 3), {"dim": 1}),
-        Sample("large", (T(LARGE), 8), {"dim": 1}, slow=True)), dtypes=FI, standard="exact"),
+        Sample("large", (T(LARGE), 8), {"dim": 1}, slow=True)), dtypes=FI),
     E("kthvalue", torch.kthvalue, (
         Sample("typical", (T((16, 64), "distinct"), 5), {"dim": 1}),
         Sample("odd257", (T((3, 257), "distinct"), 100), {"dim": -1}),
         Sample("noncontig", (T((33, 17), "distinct", noncontig=True), 3), {"dim": 0}),
-        Sample("large", (T(LARGE), 8), {"dim": 1}, slow=True)), dtypes=FI, standard="exact"),
+        Sample("large", (T(LARGE), 8), {"dim": 1}, slow=True)), dtypes=FI),
     E("median", torch.median, (
         Sample("typical", (T((16, 64), "distinct"),), {"dim": 1}),
         Sample("odd257", (T((3, 257), "distinct"),), {"dim": -1}),
         Sample("noncontig", (T((33, 17), "distinct", noncontig=True),), {"dim": 0}),
-        Sample("large", (T(LARGE),), {"dim": 1}, slow=True)), dtypes=FI, standard="exact"),
-    E("msort", torch.msort, layout(domain="distinct"), dtypes=FI, standard="exact"),
+        Sample("large", (T(LARGE),), {"dim": 1}, slow=True)), dtypes=FI),
+    E("msort", torch.msort, layout(domain="distinct"), dtypes=FI),
     # ---- random: statistical judges
     E("dropout", F.dropout, (
         Sample("p0.1", (T((16, 64), "nonzero"),), {"p": 0.1, "training": True}),
@@ -953,8 +939,7 @@ CATALOG: tuple[OpEntry, ...] = (
     E("clip_grad_value_", _clip_grad_value, (
         Sample("typical", ([T((16, 64), grad=False), T((64,), grad=False)],)),
         Sample("odd257", ([T((3, 257), grad=False)],), {"clip_value": 0.125}),
-        Sample("large", ([T(LARGE, grad=False)],), slow=True)), backward=False,
-      standard="exact"),
+        Sample("large", ([T(LARGE, grad=False)],), slow=True)), backward=False),
     # ---- misc training ops
     E("cosine_similarity", F.cosine_similarity, binary()),
     E("pairwise_distance", F.pairwise_distance, binary()),
@@ -971,16 +956,14 @@ CATALOG: tuple[OpEntry, ...] = (
 
 # ---- the _foreach_* ops optimizers use (no autograd; lists of differently shaped tensors)
 _FOREACH: tuple[OpEntry, ...] = (
-    E("_foreach_add", torch._foreach_add, foreach(2, list_kw={"alpha": 0.5}), backward=False,
-      standard="relative"),
-    E("_foreach_sub", torch._foreach_sub, foreach(2), backward=False, standard="absolute"),
-    E("_foreach_mul", torch._foreach_mul, foreach(2), backward=False, standard="absolute"),
-    E("_foreach_div", torch._foreach_div, foreach(2, ("normal", "nonzero")), backward=False,
-      standard="absolute"),
-    E("_foreach_mul_scalar", torch._foreach_mul, foreach(1, scalar=0.9), backward=False,
-      standard="absolute"),
-    E("_foreach_add_scalar", torch._foreach_add, foreach(1, scalar=1e-3), backward=False,
-      standard="absolute"),
+    E("_foreach_add", torch._foreach_add, foreach(2, list_kw={"alpha": 0.5}), backward=False),
+    E("_foreach_sub", torch._foreach_sub, foreach(2), backward=False),
+    E("_foreach_sub_alpha", torch._foreach_sub, foreach(2, list_kw={"alpha": 0.5}),
+      backward=False, note="x - alpha * y: two roundings, so relative"),
+    E("_foreach_mul", torch._foreach_mul, foreach(2), backward=False),
+    E("_foreach_div", torch._foreach_div, foreach(2, ("normal", "nonzero")), backward=False),
+    E("_foreach_mul_scalar", torch._foreach_mul, foreach(1, scalar=0.9), backward=False),
+    E("_foreach_add_scalar", torch._foreach_add, foreach(1, scalar=1e-3), backward=False),
     E("_foreach_addcmul", torch._foreach_addcmul, foreach(3, list_kw={"value": 0.1}),
       backward=False),
     E("_foreach_addcdiv", torch._foreach_addcdiv,
@@ -988,15 +971,14 @@ _FOREACH: tuple[OpEntry, ...] = (
     E("_foreach_lerp", torch._foreach_lerp, foreach(2, scalar=0.1), backward=False),
     E("_foreach_sqrt", torch._foreach_sqrt, foreach(1, ("positive",)), backward=False),
     E("_foreach_norm", torch._foreach_norm, foreach(1), backward=False),
-    E("_foreach_maximum", torch._foreach_maximum, foreach(2), backward=False, standard="exact"),
-    E("_foreach_neg", torch._foreach_neg, foreach(1), backward=False, standard="exact"),
-    E("_foreach_abs", torch._foreach_abs, foreach(1), backward=False, standard="exact"),
+    E("_foreach_maximum", torch._foreach_maximum, foreach(2), backward=False),
+    E("_foreach_neg", torch._foreach_neg, foreach(1), backward=False),
+    E("_foreach_abs", torch._foreach_abs, foreach(1), backward=False),
     E("_foreach_reciprocal", torch._foreach_reciprocal, foreach(1, ("nonzero",)),
-      backward=False, standard="absolute"),
+      backward=False),
     E("_foreach_exp", torch._foreach_exp, foreach(1), backward=False),
-    E("_foreach_sign", torch._foreach_sign, foreach(1), backward=False, standard="exact"),
-    E("_foreach_mul_", _inplace("_foreach_mul_"), foreach(1, scalar=0.9), backward=False,
-      standard="absolute"),
+    E("_foreach_sign", torch._foreach_sign, foreach(1), backward=False),
+    E("_foreach_mul_", _inplace("_foreach_mul_"), foreach(1, scalar=0.9), backward=False),
     E("_foreach_add_", _inplace("_foreach_add_"), foreach(2, list_kw={"alpha": -0.01}),
       backward=False),
     E("_foreach_addcmul_", _inplace("_foreach_addcmul_"), foreach(3, list_kw={"value": 0.001}),
@@ -1007,8 +989,142 @@ _FOREACH: tuple[OpEntry, ...] = (
     E("_foreach_sqrt_", _inplace("_foreach_sqrt_"), foreach(1, ("positive",)), backward=False),
 )
 
-CATALOG = tuple(dataclasses.replace(entry, fn=late_bound(entry.fn))
-                for entry in CATALOG + _FOREACH)
+# ---- keyword coverage (harness.ops.keywords): samples that give each documented option
+# of an op a non-default value, so a kernel that ignores the option fails. Small shapes:
+# the default run pays little for them.
+_L2 = [T((16, 64), grad=False), T((64,), grad=False)]
+_F64 = torch.float64  # dtype= options: accumulate and return in fp64
+KEYWORD_SAMPLES: dict[str, tuple[Sample, ...]] = {
+    "_foreach_norm": (Sample("ord1", (_L2,), {"ord": 1}),
+                      Sample("dtype_f64", (_L2,), {"dtype": _F64})),
+    "addbmm": (Sample("alpha_beta", (T((16, 8)), T((4, 16, 32)), T((4, 32, 8))),
+                      {"beta": 0.5, "alpha": 0.25}),),
+    "addmv": (Sample("alpha_beta", (T((16,)), T((16, 64)), T((64,))), {"beta": 0.5, "alpha": 2.0}),),
+    "all": (Sample("keepdim", (T((8, 33)),), {"dim": 0, "keepdim": True}),),
+    "any": (Sample("keepdim", (T((8, 33)),), {"dim": 0, "keepdim": True}),),
+    "argsort": (Sample("descending", (T((16, 64), "distinct"),),
+                       {"dim": 1, "descending": True, "stable": True}),),
+    "cdist": (Sample("p1", (T((16, 8)), T((12, 8))), {"p": 1.0}),),
+    "cumsum": (Sample("dtype_f64", (T((16, 64)),), {"dim": 1, "dtype": _F64}),),
+    "cumprod": (Sample("dtype_f64", (T((16, 64), "near1"),), {"dim": 1, "dtype": _F64}),),
+    "diagonal": (Sample("offset", (T((4, 8, 16)),), {"dim1": 1, "dim2": 2, "offset": 2}),),
+    "diff": (Sample("n2_prepend_append", (T((16, 64)), 2, 1, T((16, 3)), T((16, 2)))),),
+    "flatten": (Sample("end_dim", (T((4, 8, 16)),), {"start_dim": 0, "end_dim": 1}),),
+    "isclose": (Sample("tolerances", (T((16, 64)), T((16, 64))),
+                       {"rtol": 0.5, "atol": 0.1, "equal_nan": True}),),
+    "kthvalue": (Sample("keepdim", (T((16, 64), "distinct"), 5), {"dim": 1, "keepdim": True}),),
+    "logit": (Sample("eps", (T((16, 64), "prob"),), {"eps": 0.1}),),
+    "mean": (Sample("dtype_f64", (T((16, 64)),), {"dim": 1, "dtype": _F64}),),
+    "median": (Sample("keepdim", (T((16, 64), "distinct"),), {"dim": 1, "keepdim": True}),),
+    "nan_to_num": (Sample("replacements", (T((16, 64), "nonfinite"),),
+                          {"nan": 1.5, "posinf": 100.0, "neginf": -100.0}),),
+    "adaptive_max_pool1d": (Sample("indices", (T((2, 3, 23), "distinct"),),
+                                   {"output_size": 5, "return_indices": True}),),
+    "adaptive_max_pool2d": (Sample("indices", (T((2, 3, 11, 13), "distinct"),),
+                                   {"output_size": (4, 5), "return_indices": True}),),
+    "avg_pool1d": (Sample("ceil_nopad", (T((2, 3, 24)),), {
+        "kernel_size": 3, "stride": 2, "padding": 1, "ceil_mode": True,
+        "count_include_pad": False}),),
+    "avg_pool2d": (Sample("ceil_nopad_divisor", (T((2, 3, 12, 12)),), {
+        "kernel_size": 3, "stride": 2, "padding": 1, "ceil_mode": True,
+        "count_include_pad": False, "divisor_override": 4}),),
+    "avg_pool3d": (Sample("ceil_nopad_divisor", (T((2, 3, 6, 6, 6)),), {
+        "kernel_size": 3, "stride": 2, "padding": 1, "ceil_mode": True,
+        "count_include_pad": False, "divisor_override": 5}),),
+    "batch_norm": (Sample("eps_momentum", (T((8, 16, 5, 5)), T((16,), grad=False),
+                                           T((16,), "positive", grad=False), T((16,)),
+                                           T((16,))),
+                          {"training": True, "eps": 0.5, "momentum": 0.3}),),
+    "binary_cross_entropy": (Sample("weight", (T((16, 64), "prob"), T((16, 64), "prob", grad=False),
+                                               T((16, 64), "positive", grad=False))),),
+    "binary_cross_entropy_with_logits": (Sample("pos_weight", (
+        T((16, 64), "wide"), T((16, 64), "prob", grad=False), None, None, None, "mean",
+        T((64,), "positive", grad=False))),),
+    "conv_transpose1d": (Sample("output_padding", (T((2, 4, 20)), T((4, 6, 3)), T((6,))),
+                                {"stride": 2, "padding": 1, "output_padding": 1}),),
+    "conv_transpose2d": (Sample("output_padding", (T((2, 4, 10, 10)), T((4, 6, 3, 3)), T((6,))),
+                                {"stride": 2, "padding": 1, "output_padding": 1}),),
+    "conv_transpose3d": (Sample("output_padding", (T((1, 4, 5, 5, 5)), T((4, 6, 3, 3, 3)),
+                                                   T((6,))),
+                                {"stride": 2, "padding": 1, "output_padding": 1}),),
+    "cosine_embedding_loss": (Sample("margin_sum", (T((16, 64)), T((16, 64)),
+                                                    T((16,), "nonzero", grad=False)),
+                                     {"margin": 0.2, "reduction": "sum"}),),
+    "cosine_similarity": (Sample("dim0", (T((16, 64)), T((16, 64))), {"dim": 0}),),
+    "dropout3d": (Sample("p0.25", (T((4, 32, 2, 3, 3), "nonzero"),), {"p": 0.25, "training": True}),),
+    "elu": (Sample("alpha", (T((16, 64), "wide"),), {"alpha": 0.5}),),
+    "fold_col2im": (Sample("stride_pad_dilation", (T((2, 27, 9)),), {
+        "output_size": (8, 8), "kernel_size": 3, "stride": 2, "padding": 1, "dilation": 2}),),
+    "gaussian_nll_loss": (Sample("eps", (T((16, 64)), T((16, 64), grad=False),
+                                         T((16, 64), "positive")), {"eps": 0.5}),),
+    "group_norm": (Sample("eps", (T((4, 12, 6, 6)), 3, T((12,)), T((12,))), {"eps": 0.5}),),
+    "hardshrink": (Sample("lambd", (T((16, 64)),), {"lambd": 0.25}),),
+    "softshrink": (Sample("lambd", (T((16, 64)),), {"lambd": 0.25}),),
+    "hinge_embedding_loss": (Sample("margin", (T((16, 64)), T((16, 64), "nonzero", grad=False)),
+                                    {"margin": 0.5}),),
+    "huber_loss": (Sample("weight", (T((16, 64)), T((16, 64), grad=False), "mean", 1.0,
+                                     T((16, 64), "positive", grad=False))),),
+    "l1_loss": (Sample("weight", (T((16, 64)), T((16, 64), grad=False), None, None, "mean",
+                                  T((16, 64), "positive", grad=False))),),
+    "mse_loss": (Sample("weight", (T((16, 64)), T((16, 64), grad=False), None, None, "mean",
+                                   T((16, 64), "positive", grad=False))),),
+    "multilabel_soft_margin_loss": (Sample("weight", (T((16, 64)), T((16, 64), "prob", grad=False),
+                                                      T((64,), "positive", grad=False))),),
+    "instance_norm": (
+        Sample("running_affine", (T((4, 6, 8, 8)), T((6,), grad=False),
+                                  T((6,), "positive", grad=False), T((6,)), T((6,)), True, 0.2,
+                                  0.5)),
+        Sample("running_stats", (T((4, 6, 8, 8)), T((6,), grad=False),
+                                 T((6,), "positive", grad=False), None, None, False))),
+    "layer_norm": (Sample("eps", (T((16, 64)), T((64,)), T((64,))), {"eps": 0.5}),),
+    "leaky_relu": (Sample("slope0.2", (T((16, 64)),), {"negative_slope": 0.2}),),
+    "local_response_norm": (Sample("alpha_beta_k", (T((2, 8, 6, 6)), 3),
+                                   {"alpha": 1e-2, "beta": 0.5, "k": 2.0}),),
+    "lp_pool2d": (Sample("ceil", (T((2, 3, 13, 13), "positive"),),
+                         {"norm_type": 2.0, "kernel_size": 3, "stride": 2, "ceil_mode": True}),),
+    "margin_ranking_loss": (Sample("sum", (T((64,)), T((64,)), T((64,), "nonzero", grad=False)),
+                                   {"margin": 0.1, "reduction": "sum"}),),
+    "max_pool1d": (Sample("ceil_dilation_indices", (T((2, 3, 24), "distinct"),), {
+        "kernel_size": 3, "stride": 2, "dilation": 2, "ceil_mode": True,
+        "return_indices": True}),),
+    "max_pool2d": (Sample("ceil_dilation_indices", (T((2, 3, 12, 12), "distinct"),), {
+        "kernel_size": 3, "stride": 2, "dilation": 2, "ceil_mode": True,
+        "return_indices": True}),),
+    "max_pool3d": (Sample("ceil_dilation_indices", (T((2, 3, 7, 7, 7), "distinct"),), {
+        "kernel_size": 2, "stride": 2, "dilation": 2, "ceil_mode": True,
+        "return_indices": True}),),
+    "multi_margin_loss": (Sample("p2_margin_weight", (T((16, 10)), I((16,), 10), 2, 0.5,
+                                                      T((10,), "positive", grad=False)),
+                                 {"reduction": "sum"}),),
+    "normalize": (Sample("p1", (T((16, 64)),), {"p": 1.0, "dim": -1}),),
+    "pairwise_distance": (Sample("p1_keepdim", (T((16, 64)), T((16, 64))),
+                                 {"p": 1.0, "keepdim": True}),),
+    "poisson_nll_loss": (Sample("rate_eps", (T((16, 64), "positive"),
+                                             T((16, 64), "positive", grad=False)),
+                                {"log_input": False, "eps": 0.5}),),
+    "scaled_dot_product_attention": (Sample("mask_scale", (
+        T((2, 4, 16, 32)), T((2, 4, 16, 32)), T((2, 4, 16, 32)), T((16, 16), grad=False)),
+        {"scale": 0.3}),),
+    "triplet_margin_loss": (Sample("p1_margin_eps_sum", (T((16, 32)), T((16, 32)), T((16, 32))),
+                                   {"margin": 0.5, "p": 1, "eps": 1e-3, "reduction": "sum"}),),
+    "clip_grad_norm_": (Sample("no_foreach", (_L2,), {"max_norm": 1.0, "foreach": False}),),
+    "clip_grad_value_": (Sample("no_foreach", (_L2,), {"foreach": False}),),
+    "prod": (Sample("keepdim_f64", (T((16, 32), "near1"),), {"dim": 1, "keepdim": True,
+                                                            "dtype": _F64}),),
+    "repeat_interleave": (Sample("output_size", (T((4, 16)), 3), {"dim": 1, "output_size": 48}),),
+    "softmax": (Sample("dtype_f64", (T((16, 64)),), {"dim": -1, "dtype": _F64}),),
+    "log_softmax": (Sample("dtype_f64", (T((16, 64)),), {"dim": -1, "dtype": _F64}),),
+    "softmin": (Sample("dtype_f64", (T((16, 64)),), {"dim": -1, "dtype": _F64}),),
+    "std": (Sample("correction0", (T((16, 64)),), {"dim": 1, "correction": 0}),),
+    "sum": (Sample("dtype_f64", (T((16, 64)),), {"dim": 1, "dtype": _F64}),),
+}
+_BY_ROW = {entry.name: entry for entry in CATALOG + _FOREACH}
+for _name in KEYWORD_SAMPLES:
+    if _name not in _BY_ROW:
+        raise ValueError(f"KEYWORD_SAMPLES names {_name!r}, which is not a catalog row")
+
+CATALOG = tuple(dataclasses.replace(entry, fn=late_bound(entry.fn), samples=(
+    *entry.samples, *KEYWORD_SAMPLES.get(entry.name, ()))) for entry in CATALOG + _FOREACH)
 
 BY_NAME: dict[str, OpEntry] = {}
 for _entry in CATALOG:

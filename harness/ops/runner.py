@@ -2,9 +2,12 @@
 
 :func:`run_case` takes a :class:`~harness.device.Device` and plain values (an entry, a
 dtype name, a sample, a seed), builds the inputs with a seeded generator, runs the op
-forward and backward inside ``device.scope()``, runs the up-cast reference and the
-low-precision reference outside it, and returns one :class:`Outcome` per direction
-(``fwd``, ``bwd``) with a :class:`~harness.compare.Verdict` per output / input gradient.
+forward and backward as the DUT (:func:`harness.ops.policy.watch`: inside
+``device.scope()``, with CPU-fallback capture and the aten ops it dispatched), runs the
+up-cast reference and the low-precision reference outside it, and returns one
+:class:`CaseOutcome` per direction (``fwd``, ``bwd``) with a
+:class:`~harness.compare.Verdict` per output / input gradient. Exceptions, standards and
+judging follow the one op policy (:mod:`harness.ops.policy`), as in the OpInfo sweep.
 
 Ids (stable across runs and torch versions: built from catalog names only):
 case id ``<op>-<dtype>-<fwd|bwd>-<sample>`` (what ``--op-filter`` matches) and record id
@@ -13,13 +16,15 @@ case id ``<op>-<dtype>-<fwd|bwd>-<sample>`` (what ``--op-filter`` matches) and r
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 from typing import Any, Optional
 
 import torch
 
-from harness.compare import Verdict, compare_outputs
+from harness.compare import Verdict
+from harness.ops import policy
 from harness.ops.spec import DTYPES, UPCAST, OpEntry, Sample, T, case_seed, materialize
 
 DIRECTIONS = ("fwd", "bwd")
@@ -39,16 +44,21 @@ def filter_regex(case: str) -> str:
 
 
 @dataclasses.dataclass
-class Outcome:
-    """One direction of one case: a verdict per output (fwd) or input gradient (bwd)."""
+class CaseOutcome:
+    """One direction of one case: a verdict per output (fwd) or input gradient (bwd).
+
+    ``info`` holds ``aten_ops`` (Note [Aten ops of a record] in :mod:`harness.ops.policy`)
+    and, with status ``fallback``, ``fallback_ops``.
+    """
 
     op: str
     dtype: str
     direction: str
     sample: str
-    status: str = "pass"                  # pass | fail | error | unsupported
+    status: str = "pass"                  # pass | fail | error | unsupported | fallback
     verdicts: dict[str, Verdict] = dataclasses.field(default_factory=dict)
     error: str = ""
+    info: dict = dataclasses.field(default_factory=dict)
 
     @property
     def case_id(self) -> str:
@@ -121,13 +131,6 @@ def _prepare(values: list, specs: tuple, device: torch.device, float_dtype: Opti
     return args, leaves
 
 
-def _status_of(exc: BaseException) -> str:
-    text = str(exc)
-    if isinstance(exc, NotImplementedError) or "not implemented for" in text:
-        return "unsupported"
-    return "error"
-
-
 def _differentiable(outs: list[tuple[str, Optional[torch.Tensor]]]) -> list[torch.Tensor]:
     return [t for _, t in outs if t is not None and t.requires_grad and t.is_floating_point()]
 
@@ -141,18 +144,43 @@ def _grads(outs: list[torch.Tensor], leaves: list[torch.Tensor],
 
 def _execute(entry: OpEntry, values: list, sample: Sample, device: torch.device,
              float_dtype: Optional[torch.dtype], backward: bool,
-             grad_outputs: Optional[list[torch.Tensor]], gen: Optional[torch.Generator]):
-    """Forward (+ backward) of one execution; makes grad_outputs from ``gen`` if not given."""
+             grad_outputs: Optional[list[torch.Tensor]], gen: Optional[torch.Generator],
+             seen: Optional[policy.Watch] = None):
+    """Forward (+ backward) of one execution; makes grad_outputs from ``gen`` if not given.
+    ``seen`` (the DUT's :class:`~harness.ops.policy.Watch`) notes the op call as ``fwd`` and
+    the backward call as ``bwd``, not the harness's copies and cotangents."""
+    phase = _Phase(seen)
     args, leaves = _prepare(values, sample.args, device, float_dtype, backward)
-    outs = _labelled(entry.fn(*args, **sample.kwargs))
+    with phase("fwd"):
+        outs = _labelled(entry.fn(*args, **sample.kwargs))
     grads: Optional[list] = None
     if backward:
         diff = _differentiable(outs)
         if grad_outputs is None:
             grad_outputs = [torch.randn(t.shape, generator=gen).to(t.dtype) for t in diff]
         gos = [g.to(device=device, dtype=t.dtype) for g, t in zip(grad_outputs, diff)]
-        grads = _grads(diff, leaves, gos)
+        with phase("bwd"):
+            grads = _grads(diff, leaves, gos)
     return outs, grads, grad_outputs
+
+
+class _Phase:
+    """``with phase("fwd"):`` notes the block's dispatches under ``fwd`` in a
+    :class:`~harness.ops.policy.Watch` (nothing without one)."""
+
+    def __init__(self, seen: Optional[policy.Watch]) -> None:
+        self.seen = seen
+
+    @contextlib.contextmanager
+    def __call__(self, name: str):
+        if self.seen is None:
+            yield
+            return
+        self.seen.phase = name
+        try:
+            yield
+        finally:
+            self.seen.phase = None
 
 
 def _grad_labels(sample: Sample) -> list[str]:
@@ -168,7 +196,7 @@ def _grad_labels(sample: Sample) -> list[str]:
 # ---------------------------------------------------------------------------- runner
 
 def run_case(device, entry: OpEntry, dtype: str, sample: Sample, seed: int = 0,
-             directions: tuple[str, ...] = DIRECTIONS) -> list[Outcome]:
+             directions: tuple[str, ...] = DIRECTIONS) -> list[CaseOutcome]:
     """Run one case (op x dtype x sample) and judge it; never raises for op failures.
 
     Args:
@@ -179,14 +207,14 @@ def run_case(device, entry: OpEntry, dtype: str, sample: Sample, seed: int = 0,
         directions: which of ``fwd``/``bwd`` to report (``bwd`` only where the entry and
             the dtype have a backward).
     Returns:
-        One :class:`Outcome` per reported direction.
+        One :class:`CaseOutcome` per reported direction.
     """
     gen = torch.Generator().manual_seed(case_seed(seed, entry.name, dtype, sample.name))
     torch_dtype = DTYPES[dtype]
     is_float = torch_dtype.is_floating_point
     backward = entry.backward and is_float and "bwd" in directions
     wanted = [d for d in directions if d == "fwd" or backward]
-    outcomes = {d: Outcome(entry.name, dtype, d, sample.name) for d in wanted}
+    outcomes = {d: CaseOutcome(entry.name, dtype, d, sample.name) for d in wanted}
     if not outcomes:
         return []
     values = materialize(sample, dtype, gen)
@@ -194,18 +222,21 @@ def run_case(device, entry: OpEntry, dtype: str, sample: Sample, seed: int = 0,
         return entry.judge(device, entry, dtype, sample, values, gen, outcomes)
 
     # ---- the DUT (faults act here)
+    seen = policy.Watch(phase=None)
     try:
-        with device.scope():
+        with policy.watch(device, into=seen):
             dut_outs, dut_grads, grad_outputs = _execute(
                 entry, values, sample, device.torch_device, torch_dtype if is_float else None,
-                backward, None, gen)
-            device.synchronize()
+                backward, None, gen, seen)
     except Exception as exc:  # noqa: BLE001 - a failing DUT op is a record, not a crash
-        status = _status_of(exc)
+        status, reason = policy.classify_exception(exc)
         for outcome in outcomes.values():
             outcome.status = status
             outcome.error = f"DUT raised {type(exc).__name__}: {exc}"
+            outcome.info = {"aten_ops": seen.info(), "exception": reason}
         return list(outcomes.values())
+    for outcome in outcomes.values():
+        outcome.info["aten_ops"] = seen.info()
 
     # ---- the references (never in scope)
     cpu = torch.device("cpu")
@@ -244,6 +275,13 @@ def run_case(device, entry: OpEntry, dtype: str, sample: Sample, seed: int = 0,
     if "bwd" in outcomes:
         _judge_all(outcomes["bwd"], dut_grads or [], ref_grads or [], low_grads,
                    _grad_labels(sample), entry.gradient_standard, scale_grads)
+    if seen.fallback:  # right numbers, but on the host CPU
+        for outcome in outcomes.values():
+            outcome.info["fallback_ops"] = list(seen.fallback.ops)
+            if outcome.status == "pass":
+                outcome.status = "fallback"
+                outcome.error = (f"the DUT ran {', '.join(seen.fallback.ops)} on the host "
+                                 f"CPU ({seen.fallback.describe()})")
     return list(outcomes.values())
 
 
@@ -256,7 +294,7 @@ def _absolute(value: Any) -> Any:
     return value
 
 
-def _judge_all(outcome: Outcome, duts: list, refs: list, lows: Optional[list],
+def _judge_all(outcome: CaseOutcome, duts: list, refs: list, lows: Optional[list],
                labels: list[str], standard: str, scales: Optional[list] = None) -> None:
     if len(duts) != len(refs):
         outcome.status = "error"
@@ -273,7 +311,7 @@ def _judge_all(outcome: Outcome, duts: list, refs: list, lows: Optional[list],
             continue
         low = lows[index] if lows is not None and index < len(lows) else None
         scale = scales[index] if scales is not None and index < len(scales) else None
-        verdict = compare_outputs(dut, ref, low, standard=standard, scale=scale)
+        verdict, _ = policy.judge(dut, ref, low, standard, scale)
         outcome.verdicts[label] = verdict
         if not verdict.passed and outcome.status == "pass":
             outcome.status = "fail"

@@ -24,6 +24,8 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
+from harness.ops.policy import GRAD_STANDARDS, OP_STANDARDS, op_names, standard_for
+
 FLOATS = ("float32", "float16", "bfloat16")
 INTS = ("int32", "int64")
 
@@ -99,9 +101,12 @@ class OpEntry:
         dtypes: dtype names it is tested in (floats, plus ints where the op takes them).
         backward: whether input gradients are checked too.
         standard: the forward outputs' precision standard (:data:`harness.compare.STANDARDS`);
-            integer/bool outputs are always exact.
-        grad_standard: the input gradients' standard (default: ``ulp`` for ulp ops, else
-            ``relative``: a gradient is rarely a single rounding).
+            integer/bool outputs are always exact. Leave it unset: it comes from the one
+            standards table, :func:`harness.ops.policy.standard_for` (an explicit value is
+            for entries outside the catalog, e.g. in tests).
+        grad_standard: the input gradients' standard (unset: from the same table, which
+            says ``ulp`` for ulp ops, else ``relative``: a gradient is rarely a single
+            rounding).
         judge: a custom check for ops whose output is random (dropout): called instead of
             the reference comparison, see :mod:`harness.ops.stats`.
         note: why a sample or standard is what it is (ties, domains...).
@@ -116,7 +121,7 @@ class OpEntry:
     samples: tuple[Sample, ...]
     dtypes: tuple[str, ...] = FLOATS
     backward: bool = True
-    standard: str = "relative"
+    standard: Optional[str] = None
     grad_standard: Optional[str] = None
     judge: Optional[Callable[..., Any]] = None
     note: str = ""
@@ -126,10 +131,17 @@ class OpEntry:
     def sum_of_products(self) -> bool:
         return self.standard == "ulp" if self.condition is None else self.condition
 
+    def __post_init__(self) -> None:
+        if self.standard is None:  # the one table (harness.ops.policy)
+            object.__setattr__(self, "standard", standard_for(self.name, "float32"))
+
     @property
     def gradient_standard(self) -> str:
         if self.grad_standard is not None:
             return self.grad_standard
+        names = op_names(self.name)
+        if any(n in OP_STANDARDS or n in GRAD_STANDARDS for n in names):
+            return standard_for(self.name, "float32", "bwd")
         return "ulp" if self.standard == "ulp" else "relative"
 
 
@@ -170,6 +182,24 @@ def _scaled_normal(scale: float, shift: float = 0.0):
     return draw
 
 
+# Note [Ties at a bound]: values an op with a bound (clamp, hardtanh, relu6, relu) maps
+# onto its bound, and the bounds themselves, each exactly representable in bf16/fp16/fp32.
+# About a third of the elements sit exactly on -0.5, 0, 0.75 or 6 (the bounds the catalog's
+# tie rows use), so the forward *and the gradient at the tie* (torch: clamp passes the
+# gradient at min <= x <= max, hardtanh/relu6/relu do not at their bounds) are checked on
+# the op itself.
+TIE_VALUES = (-6.0, -1.0, -0.5, -0.25, 0.0, 0.25, 0.5, 0.75, 1.0, 6.0, 7.0)
+TIE_BOUNDS = (-0.5, 0.0, 0.75, 6.0)
+
+
+def _ties(shape: Sequence[int], gen: torch.Generator) -> torch.Tensor:
+    values = torch.tensor(TIE_VALUES)
+    bounds = torch.tensor(TIE_BOUNDS)
+    pick = values[torch.randint(0, len(TIE_VALUES), tuple(shape), generator=gen)]
+    on_bound = bounds[torch.randint(0, len(TIE_BOUNDS), tuple(shape), generator=gen)]
+    return torch.where(torch.rand(tuple(shape), generator=gen) < 1 / 3, on_bound, pick)
+
+
 DOMAINS: dict[str, Callable[[Sequence[int], torch.Generator], torch.Tensor]] = {
     "normal": _scaled_normal(1.0),
     "positive": _uniform(0.25, 4.0),        # log, sqrt, rsqrt, reciprocal, pow base
@@ -183,12 +213,24 @@ DOMAINS: dict[str, Callable[[Sequence[int], torch.Generator], torch.Tensor]] = {
     "distinct": _distinct,
     "wide": _scaled_normal(3.0),            # exp/sinh inputs that reach far but stay finite
     "near1": _uniform(0.8, 1.25),           # products (prod, cumprod) that stay in range
+    "ties": _ties,                          # Note [Ties at a bound]
+    "nonfinite": lambda shape, gen: _nonfinite(shape, gen),  # nan_to_num's replacements
 }
+
+
+def _nonfinite(shape: Sequence[int], gen: torch.Generator) -> torch.Tensor:
+    """Normal values with about a tenth each NaN, +inf and -inf."""
+    x = torch.randn(tuple(shape), generator=gen)
+    pick = torch.randint(0, 10, tuple(shape), generator=gen)
+    x[pick == 0] = float("nan")
+    x[pick == 1] = float("inf")
+    x[pick == 2] = float("-inf")
+    return x
 
 INT_DOMAINS: dict[str, tuple[int, int]] = {
     "normal": (-8, 9), "positive": (1, 9), "nonzero": (1, 9), "distinct": (-8, 9),
     "unit": (-1, 2), "prob": (0, 2), "above1": (2, 9), "large": (-100, 101), "small": (-2, 3),
-    "wide": (-20, 21), "near1": (1, 2),
+    "wide": (-20, 21), "near1": (1, 2), "ties": (-1, 2), "nonfinite": (-8, 9),
 }
 
 

@@ -33,7 +33,7 @@ def dropout_judge(feature_dims: int = 0):
     """
 
     def judge(device, entry, dtype, sample, values, gen, outcomes):
-        from harness.ops.runner import _status_of
+        from harness.ops import policy
 
         p = float(sample.kwargs.get("p", 0.5))
         x = values[0]
@@ -41,18 +41,26 @@ def dropout_judge(feature_dims: int = 0):
         backward = "bwd" in outcomes
         grad_out = torch.randn(x.shape, generator=gen).to(torch_dtype)
         device.seed(int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))
+        seen = policy.Watch(phase=None)
         try:
-            with device.scope():
+            with policy.watch(device, into=seen):
                 xd = x.to(device.torch_device, copy=True).requires_grad_(backward)
+                gd = grad_out.to(device.torch_device)
+                seen.phase = "fwd"
                 y = entry.fn(xd, **sample.kwargs)
-                gx = (torch.autograd.grad(y, xd, grad_out.to(device.torch_device))[0]
-                      if backward else None)
-                device.synchronize()
+                seen.phase = "bwd"
+                gx = torch.autograd.grad(y, xd, gd)[0] if backward else None
+                seen.phase = None
         except Exception as exc:  # noqa: BLE001 - a failing DUT op is a record
             for outcome in outcomes.values():
-                outcome.status = _status_of(exc)
+                outcome.status = policy.classify_exception(exc)[0]
                 outcome.error = f"DUT raised {type(exc).__name__}: {exc}"
+                outcome.info = {"aten_ops": seen.info()}
             return list(outcomes.values())
+        for outcome in outcomes.values():
+            outcome.info["aten_ops"] = seen.info()
+            if seen.fallback:
+                outcome.info["fallback_ops"] = list(seen.fallback.ops)
         y = y.detach().cpu()
         kept = y != 0  # inputs come from the 'nonzero' domain
         units = kept

@@ -1,6 +1,6 @@
 """Glue of the distributed family: one launch per world size for the selected checks.
 
-Tests are parametrised with :class:`harness.distributed.Case` values; the ``dist``
+Tests are parametrised with :class:`harness.distributed.DistCase` values; the ``dist``
 fixture returns a case's :class:`~harness.distributed.CheckOutcome`. The first test of a
 world size launches every selected case of that size at once (Note [One launch per world
 size] in :mod:`harness.distributed`).
@@ -10,21 +10,21 @@ from __future__ import annotations
 
 import pytest
 
-from harness.distributed import Case, Planner
+from harness.distributed import DistCase, Planner
 
 
-def _selected_cases(session: pytest.Session) -> list[Case]:
+def _selected_cases(session: pytest.Session) -> list[DistCase]:
     cases = []
     for item in session.items:
         callspec = getattr(item, "callspec", None)
         if callspec is not None:
-            cases += [value for value in callspec.params.values() if isinstance(value, Case)]
+            cases += [value for value in callspec.params.values() if isinstance(value, DistCase)]
     return cases
 
 
 @pytest.fixture(scope="session")
 def dist_planner(request: pytest.FixtureRequest, device, settings) -> Planner:
-    def wanted() -> list[Case]:
+    def wanted() -> list[DistCase]:
         return [case for case in _selected_cases(request.session)
                 if not device.is_accelerator or case.world_size <= device.count]
 
@@ -35,7 +35,7 @@ def dist_planner(request: pytest.FixtureRequest, device, settings) -> Planner:
 def dist(dist_planner: Planner, device):
     """``dist(case)`` -> the case's outcome on every rank (skips past the device count)."""
 
-    def outcome(case: Case):
+    def outcome(case: DistCase):
         if device.is_accelerator and case.world_size > device.count:
             pytest.skip(f"world size {case.world_size} needs {case.world_size} "
                         f"{device.type} devices; {device.count} visible")

@@ -17,13 +17,14 @@ from __future__ import annotations
 import contextlib
 import copy
 import hashlib
-import re
 import time
 
 import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
+
+from harness.ops.policy import classify_exception
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
           "int64": torch.int64, "float64": torch.float64}
@@ -33,16 +34,9 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 EPS = {"float64": 2.0**-52, "float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7,
        "int64": 0.0}
 
-# What a backend says when it lacks an op or dtype: such a refusal is a capability
-# (recorded `unsupported`), not a wrong answer.
-# gloo's AVG on int64 fails casting its float quotient back ("result type Float can't be
-# cast to the desired output type Long"): a refusal of the combination, not a wrong sum.
-# torch's SyncBatchNorm refuses CPU modules ("only work with GPU modules").
-UNSUPPORTED = re.compile(r"not supported|unsupported|not implemented|does not support|"
-                         r"cannot use reduceop|invalid.*(type|dtype|op)|no support|"
-                         r"can't be cast to the desired output type|only work with GPU|"
-                         r"expected input tensor to be on",
-                         re.IGNORECASE)
+# What a backend says when it lacks an op or dtype is a capability (recorded
+# `unsupported`), not a wrong answer: decided by the one op policy
+# (harness.ops.policy.classify_exception), as for the op catalog and the OpInfo sweep.
 
 WORLD_SIZES = (2, 4)  # on accelerators, those within the device count
 COLLECTIVE_SIZES = (1, 1000, 1 << 20)  # one element .. past a 1 MiB-ish bucket
@@ -310,7 +304,7 @@ def sync_batchnorm(ctx, local_batch: int = 8):
             net = _ddp(ctx, synced)
             out = net(x[shard].to(ctx.torch_device, torch.float32))
         except (ValueError, RuntimeError) as exc:
-            if UNSUPPORTED.search(str(exc)):
+            if classify_exception(exc)[0] == "unsupported":
                 return {"unsupported": f"{type(exc).__name__}: {exc}"}
             raise
         nn.functional.mse_loss(out, y[shard].to(ctx.torch_device, torch.float32)).backward()
@@ -405,7 +399,7 @@ def collective(ctx, op: str = "all_reduce_sum", dtype: str = "float32",
                 dut = _run_collective(ctx, op, inputs[rank], size)
                 ctx.device.synchronize()
         except (RuntimeError, ValueError, TypeError, NotImplementedError) as exc:
-            if UNSUPPORTED.search(str(exc)) or isinstance(exc, NotImplementedError):
+            if classify_exception(exc)[0] == "unsupported":
                 results[str(size)] = {"unsupported": f"{type(exc).__name__}: "
                                                      f"{str(exc).splitlines()[0][:300]}"}
                 continue

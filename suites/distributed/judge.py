@@ -1,7 +1,7 @@
 """Verdicts of the distributed family: every rank's returned values -> one record.
 
 Plain functions over plain values (the ranks' JSON), so the judgement is testable
-without launching anything. Each returns a :class:`Verdict` the test records as is.
+without launching anything. Each returns a :class:`DistVerdict` the test records as is.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ DDP_TOLERANCE = {"float64": 1e-12, "float32": 1e-5, "float16": 1e-2, "bfloat16":
 
 
 @dataclasses.dataclass
-class Verdict:
+class DistVerdict:
     status: str
     metrics: dict[str, Any]
     rules: dict[str, Rule]
@@ -37,7 +37,7 @@ def record_problem(results, record_id: str, outcome) -> bool:
     return True
 
 
-def record_verdict(results, record_id: str, verdict: Verdict) -> None:
+def record_verdict(results, record_id: str, verdict: DistVerdict) -> None:
     """Record a verdict; its failure message ends with the reproduce command."""
     results.record(record_id, status=verdict.status, metrics=verdict.metrics,
                    rules=verdict.rules, info=verdict.info,
@@ -70,7 +70,7 @@ def _disagreeing_steps(values: dict[int, dict], key: str = "param_hash") -> list
 
 
 def judge_ddp(values: dict[int, dict], *, dtype: str, variant: str, steps: int,
-              world_size: int) -> Verdict:
+              world_size: int) -> DistVerdict:
     """DDP vs single process: gradients, parameters, bit-identical ranks, variant extras."""
     tol = DDP_TOLERANCE[dtype]
     grad, grad_rank, grad_step = _worst(values, "grad_err")
@@ -106,11 +106,11 @@ def judge_ddp(values: dict[int, dict], *, dtype: str, variant: str, steps: int,
     floor = tol / 10
     rules = {"grad_err": lower(rel=10.0, abs=floor), "param_err": lower(rel=10.0, abs=floor),
              "ranks_disagree_steps": equal(0), "unused_grad_max": equal(0)}
-    return Verdict("fail" if problems else "pass", metrics, rules, "; ".join(problems),
+    return DistVerdict("fail" if problems else "pass", metrics, rules, "; ".join(problems),
                    info={"grad_err_per_step": {r: v.get("grad_err") for r, v in values.items()}})
 
 
-def judge_amp(values: dict[int, dict]) -> tuple[str, Verdict]:
+def judge_amp(values: dict[int, dict]) -> tuple[str, DistVerdict]:
     """DDP + autocast + GradScaler vs fp64 full batch; the ranks' scales must agree."""
     amp_dtype = next(iter(values.values()))["amp_dtype"]
     tol = DDP_TOLERANCE[amp_dtype]
@@ -137,7 +137,7 @@ def judge_amp(values: dict[int, dict]) -> tuple[str, Verdict]:
                "skipped_steps": skipped}
     rules = {"grad_err": lower(rel=4.0, abs=tol / 10), "param_err": lower(rel=4.0, abs=tol / 10),
              "ranks_disagree_steps": equal(0), "skipped_steps": equal(0)}
-    return amp_dtype, Verdict("fail" if problems else "pass", metrics, rules,
+    return amp_dtype, DistVerdict("fail" if problems else "pass", metrics, rules,
                               "; ".join(problems), info={"scale": sorted(scales)})
 
 
@@ -151,7 +151,7 @@ def _max_abs_diff(a: list, b: list) -> float:
     return worst
 
 
-def judge_buffers(values: dict[int, dict]) -> Verdict:
+def judge_buffers(values: dict[int, dict]) -> DistVerdict:
     """broadcast_buffers: at every forward's start all ranks hold rank 0's buffers."""
     tol = DDP_TOLERANCE["float32"]
     ranks = sorted(values)
@@ -188,17 +188,17 @@ def judge_buffers(values: dict[int, dict]) -> Verdict:
                "ranks_disagree": int(len(hashes) > 1)}
     rules = {"buffer_mismatch": equal(0), "buffer_stale": equal(0),
              "grad_err": lower(rel=10.0, abs=tol / 10), "ranks_disagree": equal(0)}
-    return Verdict("fail" if problems else "pass", metrics, rules, "; ".join(problems),
+    return DistVerdict("fail" if problems else "pass", metrics, rules, "; ".join(problems),
                    info={"buffer_divergence_within_step": diverge})
 
 
-def judge_sync_batchnorm(values: dict[int, dict]) -> Verdict:
+def judge_sync_batchnorm(values: dict[int, dict]) -> DistVerdict:
     reasons = {v.get("unsupported") for v in values.values()}
     if reasons != {None}:
         if None in reasons:
-            return Verdict("error", {}, {}, f"SyncBatchNorm unsupported on some ranks only: "
+            return DistVerdict("error", {}, {}, f"SyncBatchNorm unsupported on some ranks only: "
                                             f"{sorted(r for r in reasons if r)}")
-        return Verdict("unsupported", {}, {}, f"SyncBatchNorm refused: {sorted(reasons)[0]}")
+        return DistVerdict("unsupported", {}, {}, f"SyncBatchNorm refused: {sorted(reasons)[0]}")
     tol = DDP_TOLERANCE["float32"]
     stats = max(float(v["stats_err"]) for v in values.values())
     grad = max(float(v["grad_err"]) for v in values.values())
@@ -208,20 +208,20 @@ def judge_sync_batchnorm(values: dict[int, dict]) -> Verdict:
                         f"batch: {stats:.3g} > {tol:g}")
     if grad > tol:
         problems.append(f"gradients differ from BatchNorm on the full batch: {grad:.3g} > {tol:g}")
-    return Verdict("fail" if problems else "pass", {"stats_err": stats, "grad_err": grad},
+    return DistVerdict("fail" if problems else "pass", {"stats_err": stats, "grad_err": grad},
                    {"stats_err": lower(rel=10.0, abs=tol / 10),
                     "grad_err": lower(rel=10.0, abs=tol / 10)}, "; ".join(problems))
 
 
-def judge_collective(values: dict[int, dict], size: str, *, op: str, dtype: str) -> Verdict:
+def judge_collective(values: dict[int, dict], size: str, *, op: str, dtype: str) -> DistVerdict:
     """One collective at one size, every rank against NumPy."""
     per_rank = {rank: value[size] for rank, value in values.items()}
     refused = {r: v["unsupported"] for r, v in per_rank.items() if "unsupported" in v}
     if refused:
         if len(refused) != len(per_rank):
-            return Verdict("error", {}, {}, f"{op} {dtype}: refused on ranks {sorted(refused)}"
+            return DistVerdict("error", {}, {}, f"{op} {dtype}: refused on ranks {sorted(refused)}"
                                             f" only: {refused}")
-        return Verdict("unsupported", {}, {}, f"{op} {dtype} n={size}: "
+        return DistVerdict("unsupported", {}, {}, f"{op} {dtype} n={size}: "
                                               f"{next(iter(refused.values()))}")
     err = max(float(v["max_abs_err"]) for v in per_rank.values())
     bound = max(float(v["bound"]) for v in per_rank.values())
@@ -237,22 +237,22 @@ def judge_collective(values: dict[int, dict], size: str, *, op: str, dtype: str)
                    f"{excess_rank} at index {worst.get('worst_index')}: got "
                    f"{worst.get('worst_got')}, expected {worst.get('worst_expected')}"
                    + (f"; shapes {worst['shape']}" if "shape" in worst else ""))
-    return Verdict(status, {"max_abs_err": err, "mismatched": mismatched},
+    return DistVerdict(status, {"max_abs_err": err, "mismatched": mismatched},
                    {"max_abs_err": lower(rel=4.0, abs=bound), "mismatched": equal(0)},
                    message, info={"bound": bound})
 
 
-def judge_barrier(values: dict[int, dict]) -> Verdict:
+def judge_barrier(values: dict[int, dict]) -> DistVerdict:
     last_in = max(float(v["entered"]) for v in values.values())
     first_out = min(float(v["left"]) for v in values.values())
     early = max(0.0, last_in - first_out)
     status = "pass" if early <= 1e-3 else "fail"
-    return Verdict(status, {"early_exit_s": early}, {"early_exit_s": lower(rel=1.0, abs=1e-3)},
+    return DistVerdict(status, {"early_exit_s": early}, {"early_exit_s": lower(rel=1.0, abs=1e-3)},
                    "" if status == "pass" else
                    f"a rank left the barrier {early * 1e3:.1f} ms before the last rank entered")
 
 
-def judge_sampler(values: dict[int, dict], *, drop_last: bool) -> Verdict:
+def judge_sampler(values: dict[int, dict], *, drop_last: bool) -> DistVerdict:
     """Shards disjoint and covering; ``set_epoch`` changes the order; ranks agree."""
     ws = len(values)
     length = int(values[0]["length"])
@@ -290,6 +290,6 @@ def judge_sampler(values: dict[int, dict], *, drop_last: bool) -> Verdict:
     replicas = {(int(v["num_replicas"]), int(v["rank"]) == r) for r, v in values.items()}
     if replicas != {(ws, True)}:
         problems.append(f"the sampler read num_replicas/rank wrong: {replicas}")
-    return Verdict("fail" if problems else "pass",
+    return DistVerdict("fail" if problems else "pass",
                    {"problems": len(problems), "same_order_epochs": len(same)},
                    {"problems": equal(0), "same_order_epochs": equal(0)}, "; ".join(problems))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.distributed import Case, SubCheck
+from harness.distributed import DistCase, SubCheck
 from suites.distributed.dist_checks import COLLECTIVE_OPS, COLLECTIVE_SIZES, WORLD_SIZES
 from suites.distributed.judge import (
     judge_barrier,
@@ -27,7 +27,7 @@ DTYPES = ("float32", "float16", "bfloat16", "int64")
 
 
 @pytest.mark.parametrize("case", [
-    Case(ws, SubCheck.of(f"{CHECKS}:collective", name=f"{op}/{dtype}", op=op, dtype=dtype,
+    DistCase(ws, SubCheck.of(f"{CHECKS}:collective", name=f"{op}/{dtype}", op=op, dtype=dtype,
                          sizes=list(COLLECTIVE_SIZES)))
     for ws in WORLD_SIZES for op in COLLECTIVE_OPS for dtype in DTYPES], ids=lambda c: c.id)
 def test_collective_matches_numpy(case, dist, results):
@@ -45,7 +45,7 @@ def test_collective_matches_numpy(case, dist, results):
         record_verdict(results, record_id, verdict)
 
 
-@pytest.mark.parametrize("case", [Case(ws, SubCheck.of(f"{CHECKS}:barrier", name="barrier"))
+@pytest.mark.parametrize("case", [DistCase(ws, SubCheck.of(f"{CHECKS}:barrier", name="barrier"))
                                   for ws in WORLD_SIZES], ids=lambda c: c.id)
 def test_barrier_waits_for_every_rank(case, dist, results):
     record_id = f"distributed/barrier/none/staggered/ws{case.world_size}"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.distributed import Case, SubCheck
+from harness.distributed import DistCase, SubCheck
 from suites.distributed.dist_checks import WORLD_SIZES
 from suites.distributed.judge import (
     judge_amp,
@@ -30,8 +30,8 @@ DDP_CASES = [("float32", "plain"), ("float64", "plain"), ("float32", "unused_par
              ("float32", "no_sync"), ("float32", "join")]
 
 
-def _case(ws: int, name: str, fn: str, **kwargs) -> Case:
-    return Case(ws, SubCheck.of(f"{CHECKS}:{fn}", name=name, **kwargs))
+def _case(ws: int, name: str, fn: str, **kwargs) -> DistCase:
+    return DistCase(ws, SubCheck.of(f"{CHECKS}:{fn}", name=name, **kwargs))
 
 
 @pytest.mark.parametrize("case", [

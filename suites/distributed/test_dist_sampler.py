@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.distributed import Case, SubCheck
+from harness.distributed import DistCase, SubCheck
 from suites.distributed.dist_checks import WORLD_SIZES
 from suites.distributed.judge import judge_sampler, record_problem, record_verdict
 
@@ -15,7 +15,7 @@ CHECKS = "suites.distributed.dist_checks"
 
 
 @pytest.mark.parametrize("case", [
-    Case(ws, SubCheck.of(f"{CHECKS}:sampler", name=f"sampler/drop_last={drop}",
+    DistCase(ws, SubCheck.of(f"{CHECKS}:sampler", name=f"sampler/drop_last={drop}",
                          drop_last=drop))
     for ws in WORLD_SIZES for drop in (False, True)], ids=lambda c: c.id)
 def test_distributed_sampler_shards(case, dist, results):

@@ -20,7 +20,7 @@ from harness import models
 
 
 @dataclasses.dataclass(frozen=True)
-class Case:
+class ModelCase:
     """One model of the family at one scale."""
 
     name: str
@@ -36,21 +36,21 @@ class Case:
 # block's recomputation dominates the backward peak); resnet 0.808 / 0.808.
 CASES = {
     "small": {
-        "mlp": Case("mlp", lambda: models.DeepMLP(width=128, depth=8, in_features=128,
+        "mlp": ModelCase("mlp", lambda: models.DeepMLP(width=128, depth=8, in_features=128,
                                                   dropout=0.1),
                     (128,), 256, {"non_reentrant": 0.60, "reentrant": 0.62}),
-        "cnn": Case("cnn", lambda: models.SimpleCNN(dropout=0.5), (3, 32, 32), 32,
+        "cnn": ModelCase("cnn", lambda: models.SimpleCNN(dropout=0.5), (3, 32, 32), 32,
                     {"non_reentrant": 0.93, "reentrant": 0.985}),
-        "resnet": Case("resnet", lambda: models.resnet("small"), (3, 32, 32), 16,
+        "resnet": ModelCase("resnet", lambda: models.resnet("small"), (3, 32, 32), 16,
                        {"non_reentrant": 0.86, "reentrant": 0.86}),
     },
     "full": {
-        "mlp": Case("mlp", lambda: models.DeepMLP(width=1024, depth=16, in_features=1024,
+        "mlp": ModelCase("mlp", lambda: models.DeepMLP(width=1024, depth=16, in_features=1024,
                                                   dropout=0.1),
                     (1024,), 1024, {"non_reentrant": 0.60, "reentrant": 0.62}),
-        "cnn": Case("cnn", lambda: models.SimpleCNN(dropout=0.5), (3, 32, 32), 256,
+        "cnn": ModelCase("cnn", lambda: models.SimpleCNN(dropout=0.5), (3, 32, 32), 256,
                     {"non_reentrant": 0.93, "reentrant": 0.985}),
-        "resnet": Case("resnet", lambda: models.resnet("full"), (3, 32, 32), 128,
+        "resnet": ModelCase("resnet", lambda: models.resnet("full"), (3, 32, 32), 128,
                        {"non_reentrant": 0.80, "reentrant": 0.80}),
     },
 }
@@ -107,7 +107,7 @@ LIMITS = {"small": Limits(), "full": Limits(leak_batch=512)}
 
 
 @pytest.fixture(scope="session")
-def cases(settings) -> dict[str, Case]:
+def cases(settings) -> dict[str, ModelCase]:
     return CASES[settings.training_scale]
 
 

@@ -93,9 +93,10 @@ def test_fp32_state_under_amp(device, results, settings, name, variant, amp):
         if isinstance(opt, str):
             return _unsupported(results, f"{base}/state", opt)
         scaler = device.grad_scaler(init_scale=2.0 ** 8) if amp_dtype == torch.float16 else None
-        try:
-            for step in range(steps):
-                x, y = _batch(seed, step)
+    try:
+        for step in range(steps):
+            x, y = _batch(seed, step)
+            with device.scope():  # the DUT's step; the reference's below, out of scope
                 opt.zero_grad()
                 with device.autocast(amp_dtype):
                     loss = F.cross_entropy(model(x.to(device.torch_device)).float(),
@@ -106,26 +107,24 @@ def test_fp32_state_under_amp(device, results, settings, name, variant, amp):
                 else:
                     loss.backward()
                 grads = [p.grad.detach().cpu().double() for p in params]
-                if not all(bool(torch.isfinite(g).all()) for g in grads):
-                    skipped += 1
-                    if scaler is not None:
-                        scaler.step(opt)
-                        scaler.update()
-                    continue
+                finite = all(bool(torch.isfinite(g).all()) for g in grads)
                 if scaler is not None:
                     scaler.step(opt)
                     scaler.update()
-                else:
+                elif finite:
                     opt.step()
-                for ref_p, grad in zip(ref_params, grads):
-                    ref_p.grad = grad
-                ref_opt.step()
-        except (RuntimeError, NotImplementedError) as exc:
-            if variant == "fused":
-                return _unsupported(results, f"{base}/state", f"fused {name} step failed on "
-                                    f"{device.type}: {exc}")
-            raise
-        dtypes, wrong, nonfinite, misplaced = _state_summary(opt, params)
+            if not finite:
+                skipped += 1
+                continue
+            for ref_p, grad in zip(ref_params, grads):
+                ref_p.grad = grad
+            ref_opt.step()  # Note [DUT scope]: the fp64 reference never runs in the scope
+    except (RuntimeError, NotImplementedError) as exc:
+        if variant == "fused":
+            return _unsupported(results, f"{base}/state", f"fused {name} step failed on "
+                                f"{device.type}: {exc}")
+        raise
+    dtypes, wrong, nonfinite, misplaced = _state_summary(opt, params)
     dtype_text = ",".join(f"{k}:{v}" for k, v in sorted(dtypes.items()))
     state_ok = wrong == 0 and nonfinite == 0 and misplaced == 0 and bool(dtypes or name == "sgd")
     results.record(

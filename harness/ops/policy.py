@@ -1,0 +1,280 @@
+"""The one op policy: what a DUT exception means, which standard judges an op, how a DUT
+call is watched. The catalog runner, the OpInfo sweep, the distributed rank programs and
+the model cases all ask this module, so the same question gets the same answer
+everywhere (STYLE.md "One policy per concept").
+
+* :func:`classify_exception`: ``("unsupported" | "error", reason)`` for an exception the
+  DUT raised.
+* :func:`standard_for`: the precision standard (a key of
+  :data:`harness.compare.STANDARDS`) an op is judged by, per dtype and direction, from
+  one table (:data:`OP_STANDARDS`) keyed by op name: catalog names (``add``), OpInfo
+  names (``nn.functional.relu``, ``div:no_rounding_mode``) and aten names
+  (``aten.add.Tensor``, ``aten::addmm``) all resolve through :func:`op_names`.
+* :func:`judge`: one output against its references through
+  :func:`harness.compare.compare_outputs` under the op's standard, the same for every
+  pipeline (so the same op and input give the same metrics wherever they are judged).
+  The CPU's own error in the DUT's dtype is taken into account there and only there
+  (Note [CPU's own error] in :mod:`harness.compare`).
+* :func:`watch`: wraps a DUT call: CPU-fallback capture (:mod:`harness.fallback`) and
+  the aten ops it dispatched (Note [Aten ops of a record]).
+
+Note [Aten ops of a record]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~
+Each op-level record keeps ``info["aten_ops"] = {"fwd": [...], "bwd": [...]}``: the sorted
+overload-packet names (``aten.clamp_min``) its DUT computation dispatched, forward and
+backward apart. The report groups failing records by these names to point at a common
+kernel. They are captured by a :class:`~torch.utils._python_dispatch.TorchDispatchMode`
+that only notes ``func.overloadpacket`` and calls through, entered inside the DUT scope
+(so faults, entered by the scope, still act on every op); it never changes a value, so
+metrics are the same with or without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import re
+from typing import Iterator, Optional
+
+import torch
+
+from harness import fallback
+
+__all__ = ["OP_STANDARDS", "GRAD_STANDARDS", "UNSUPPORTED_PATTERNS", "DEFAULT_STANDARD",
+           "Watch", "classify_exception", "judge", "op_names", "standard_for", "watch"]
+
+# --------------------------------------------------------------------------- exceptions
+
+# What a backend says when it has no kernel for an op / dtype / reduction: a capability
+# (recorded ``unsupported``; ``pass -> unsupported`` is a regression), not a wrong answer.
+# One table for every pipeline; each row says where its wording comes from.
+UNSUPPORTED_PATTERNS: tuple[tuple[str, str], ...] = (
+    (r"not (currently )?implemented", "no kernel (torch: 'not implemented for <dtype>')"),
+    (r"could not run '[^']*' with arguments from the", "no kernel for this dispatch key"),
+    (r"could not run", "no kernel for this dispatch key"),
+    (r"not supported|unsupported|no support", "the backend says it is not supported"),
+    (r"does not support", "the backend says it does not support it"),
+    (r"no kernel|is not available for|not compiled with", "the build has no kernel"),
+    (r"no (npu|cuda|xpu|mps) implementation", "no device implementation"),
+    (r"cannot use reduceop", "the collective backend lacks this reduction"),
+    (r"invalid.*\b(type|dtype|op)\b", "the backend rejects this dtype / op"),
+    # gloo's AVG on int64 fails casting its float quotient back
+    (r"can't be cast to the desired output type", "the backend refuses this dtype combination"),
+    # torch's SyncBatchNorm refuses CPU modules
+    (r"only work with GPU", "the op needs an accelerator"),
+    (r"expected input tensor to be on", "the op needs another device"),
+)
+_UNSUPPORTED = [(re.compile(p, re.IGNORECASE), why) for p, why in UNSUPPORTED_PATTERNS]
+
+
+def classify_exception(exc: BaseException) -> tuple[str, str]:
+    """``("unsupported", reason)`` for "no kernel for this op/dtype", else ``("error", ...)``.
+
+    The reason is ``"<why>: <ExcType>: <first line>"``, short enough for a record.
+    """
+    first = (str(exc).strip().splitlines() or [""])[0][:300]
+    text = f"{type(exc).__name__}: {first}"
+    if isinstance(exc, NotImplementedError):
+        return "unsupported", f"NotImplementedError: {text}"
+    message = str(exc)
+    for pattern, why in _UNSUPPORTED:
+        if pattern.search(message):
+            return "unsupported", f"{why}: {text}"
+    return "error", text
+
+
+# ---------------------------------------------------------------------------- standards
+
+DEFAULT_STANDARD = "relative"
+
+# The standard each op is judged by (DESIGN.md "Precision standards"; the numbers behind
+# each standard live in harness.compare.STANDARDS). An op not listed is "relative";
+# integer/bool outputs are always "exact". Keys are op names as op_names() spells them:
+# catalog rows (a row that is a variant of an op, like "add_alpha", has its own key),
+# OpInfo names without their namespace, aten packet names without "aten.".
+_EXACT = (
+    # copies, layout, selection, indices: bit-equal (ties documented in the catalog)
+    "abs", "neg", "sign", "floor", "ceil", "round", "trunc", "clamp", "clamp_min", "clamp_max",
+    "clip", "nan_to_num", "div_floor", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
+    "isclose", "norm_inf", "amax", "amin", "max_dim", "min_dim", "argmax", "argmin",
+    "count_nonzero", "all", "any", "gather", "take_along_dim", "scatter", "index_select",
+    "index_copy", "getitem_advanced", "getitem_slice", "masked_fill", "masked_select", "where",
+    "embedding", "one_hot", "cat", "stack", "permute", "permute_contiguous", "transpose",
+    "transpose_contiguous", "reshape", "flatten", "flip", "roll", "movedim",
+    "expand_contiguous", "repeat", "tile", "repeat_interleave", "split", "chunk", "unbind",
+    "narrow", "squeeze_unsqueeze", "tril", "triu", "diagonal", "clone", "to_float32",
+    "pad_constant", "pad_reflect", "pad_replicate", "pad_circular", "pixel_shuffle",
+    "pixel_unshuffle", "unfold_im2col", "interpolate_nearest", "interpolate_nearest_exact",
+    "sort", "sort_descending_stable", "argsort", "topk", "kthvalue", "median", "msort",
+    "cummax", "max_pool1d", "max_pool2d", "max_pool3d", "adaptive_max_pool1d",
+    "adaptive_max_pool2d", "hardshrink", "clip_grad_value_", "_foreach_maximum",
+    "_foreach_neg", "_foreach_abs", "_foreach_sign",
+    # the tie rows (Note [Ties at a bound] in harness.ops.spec): selection, exact both ways
+    "clamp_tie", "clamp_min_tie", "clamp_max_tie", "hardtanh_tie", "relu6_tie", "relu_tie",
+)
+_ABSOLUTE = (
+    # one rounding of an elementary operation (msprobe's absolute threshold ops)
+    "add", "sub", "mul", "div", "reciprocal", "rsqrt", "square", "frac", "outer",
+    "relu", "relu6", "leaky_relu", "hardtanh", "threshold", "softshrink", "rrelu_eval",
+    "rrelu", "_foreach_sub", "_foreach_mul", "_foreach_div", "_foreach_mul_scalar",
+    "_foreach_add_scalar", "_foreach_reciprocal", "_foreach_mul_",
+)
+_ULP = (
+    # matrix multiplication (msprobe's ULP method)
+    "linear", "matmul", "mm", "bmm", "addmm", "baddbmm", "addbmm", "addmv", "mv", "dot",
+    "__rmatmul__",
+)
+OP_STANDARDS: dict[str, str] = {
+    **{name: "exact" for name in _EXACT},
+    **{name: "absolute" for name in _ABSOLUTE},
+    **{name: "ulp" for name in _ULP},
+    "add_alpha": "relative",   # x + alpha * y: two roundings, not one
+    "_foreach_add": "relative",  # with alpha (the optimizer's form)
+}
+"""Forward standard per op name (see :func:`standard_for`)."""
+
+GRAD_STANDARDS: dict[str, str] = {
+    name: "exact" for name in (
+        "cat", "stack", "permute", "permute_contiguous", "transpose", "transpose_contiguous",
+        "reshape", "flatten", "flip", "roll", "movedim", "split", "chunk", "unbind", "narrow",
+        "squeeze_unsqueeze", "tril", "triu", "diagonal", "clone", "pad_constant",
+        "pixel_shuffle", "pixel_unshuffle", "clamp_tie", "clamp_min_tie", "clamp_max_tie",
+        "hardtanh_tie", "relu6_tie", "relu_tie")}
+"""Input-gradient standard where it is not the rule: a gradient of an ``ulp`` op is
+``ulp``, every other gradient ``relative`` (a gradient is rarely a single rounding), and
+the gradient of a pure copy (layout ops) or of a selection at a bound is ``exact``."""
+
+_NAMESPACES = ("torch.ops.aten.", "aten::", "aten.", "torch.nn.functional.", "nn.functional.",
+               "torch.special.", "special.", "torch.linalg.", "linalg.", "torch.")
+
+
+def op_names(op_name: str) -> list[str]:
+    """The keys ``op_name`` is looked up under, most specific first.
+
+    ``aten.add.Tensor`` -> ``[aten.add.Tensor, add.Tensor, add]``;
+    ``nn.functional.pad:reflect`` -> ``[..., pad:reflect, pad_reflect, pad]``.
+    """
+    out = [op_name]
+    name = op_name
+    for prefix in _NAMESPACES:
+        if name.startswith(prefix):
+            name = name[len(prefix):]
+            out.append(name)
+            break
+    if op_name.startswith(("aten.", "aten::", "torch.ops.aten.")) and "." in name:
+        name = name.split(".", 1)[0]  # the overload
+        out.append(name)
+    if ":" in name:
+        base, variant = name.split(":", 1)
+        out += [f"{base}_{variant}", base]
+    return list(dict.fromkeys(out))
+
+
+def standard_for(op_name: str, dtype, direction: str = "fwd") -> str:
+    """The precision standard for ``op_name`` outputs (``fwd``) or input gradients (``bwd``).
+
+    Args:
+        op_name: a catalog name, an OpInfo key or an aten op name (:func:`op_names`).
+        dtype: a ``torch.dtype`` or its name; integer and bool outputs are ``exact``.
+        direction: ``fwd`` or ``bwd``.
+    """
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype, None)
+    if isinstance(dtype, torch.dtype) and not (dtype.is_floating_point or dtype.is_complex):
+        return "exact"
+    names = op_names(op_name)
+    fwd = next((OP_STANDARDS[n] for n in names if n in OP_STANDARDS), DEFAULT_STANDARD)
+    if direction == "fwd":
+        return fwd
+    if direction != "bwd":
+        raise ValueError(f"direction {direction!r}: choose 'fwd' or 'bwd'")
+    explicit = next((GRAD_STANDARDS[n] for n in names if n in GRAD_STANDARDS), None)
+    return explicit or ("ulp" if fwd == "ulp" else DEFAULT_STANDARD)
+
+
+# -------------------------------------------------------------------------------- judge
+
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def judge(dut: torch.Tensor, reference: torch.Tensor, lowp: Optional[torch.Tensor],
+          standard: str, scale: Optional[torch.Tensor] = None):
+    """``(verdict, standard_used)`` for one output: the same in every pipeline.
+
+    ``scale`` is the op on the absolute values of its inputs for sums of products (Note
+    [Condition of products and reductions] in :mod:`harness.compare`); exact standards
+    ignore it.
+
+    Non-float outputs are ``exact`` against the low-precision reference where there is one
+    (the up-cast run of an integer op is the same computation). An ``exact`` float output
+    is compared with the reference rounded to the DUT's dtype: exact means "the correctly
+    rounded result", which an fp32 ``masked_fill(0.3)`` is although fp64 holds 0.3.
+    """
+    from harness.compare import compare_outputs
+
+    if not (dut.is_floating_point() and dut.dtype in FLOAT_DTYPES
+            and reference.is_floating_point()):
+        standard = "exact"
+        if lowp is not None and lowp.shape == dut.shape:
+            reference = lowp
+    if standard == "exact" and dut.is_floating_point() and reference.dtype != dut.dtype:
+        reference = reference.detach().to(dut.dtype)
+    low = lowp if (lowp is not None and lowp.dtype == dut.dtype
+                   and lowp.shape == dut.shape) else None
+    if scale is not None and (standard == "exact" or scale.shape != reference.shape):
+        scale = None
+    return compare_outputs(dut, reference, low, standard=standard, scale=scale), standard
+
+
+# -------------------------------------------------------------------------------- watch
+
+@dataclasses.dataclass
+class Watch:
+    """What :func:`watch` saw around one DUT call.
+
+    Attributes:
+        fallback: ops the DUT ran on the host CPU (:class:`harness.fallback.Capture`).
+        aten_ops: per phase, the aten packet names dispatched (Note [Aten ops of a record]).
+        phase: the phase dispatches are noted under now (``fwd`` / ``bwd``), or None
+            while the harness's own plumbing runs (input copies, cotangents): a pipeline
+            sets it around the op call and around the backward call only, so every
+            pipeline names the same ops for the same computation.
+    """
+
+    fallback: fallback.Capture = dataclasses.field(default_factory=fallback.Capture)
+    aten_ops: dict[str, set] = dataclasses.field(
+        default_factory=lambda: {"fwd": set(), "bwd": set()})
+    phase: Optional[str] = "fwd"
+
+    def info(self) -> dict:
+        """``{"fwd": [...], "bwd": [...]}`` sorted, for ``info["aten_ops"]``."""
+        return {phase: sorted(names) for phase, names in self.aten_ops.items()}
+
+
+def _recorder(seen: Watch):
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _AtenOps(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if seen.phase is not None:
+                seen.aten_ops.setdefault(seen.phase, set()).add(str(func.overloadpacket))
+            return func(*args, **(kwargs or {}))
+
+    return _AtenOps()
+
+
+@contextlib.contextmanager
+def watch(device, *, aten_ops: bool = True, into: Optional[Watch] = None) -> Iterator[Watch]:
+    """Run a block as the DUT: inside ``device.scope()``, with fallback capture and aten-op
+    recording; synchronises the device before leaving.
+
+    Yields a :class:`Watch` (``into``, or a new one), complete when the block exits (also
+    when it raises).
+    """
+    seen = into if into is not None else Watch()
+    with device.scope(), fallback.capture(
+            stderr=fallback.default_stderr_capture(device.type)) as found:
+        seen.fallback = found
+        with _recorder(seen) if aten_ops else contextlib.nullcontext():
+            yield seen
+        device.synchronize()

@@ -1,0 +1,171 @@
+"""The one op policy (harness.ops.policy): the same op gets the same answer in every pipeline."""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+
+import pytest
+import torch
+
+from harness import faults, opinfo
+from harness.ops import BY_NAME, policy, run_case
+from harness.ops.spec import case_seed, materialize
+
+# ------------------------------------------------------------------------ exceptions
+
+NO_KERNEL = RuntimeError("Could not run 'aten::foo' with arguments from the 'PrivateUse1' "
+                         "backend. This could be because the operator doesn't exist")
+
+
+@pytest.mark.parametrize("exc,status", [
+    (NotImplementedError("whatever"), "unsupported"),
+    (RuntimeError('"addmm_impl_cpu_" not implemented for \'Half\''), "unsupported"),
+    (NO_KERNEL, "unsupported"),
+    (RuntimeError("Cannot use ReduceOp.AVG with Gloo"), "unsupported"),
+    (RuntimeError("result type Float can't be cast to the desired output type Long"),
+     "unsupported"),
+    (ValueError("SyncBatchNorm expected input tensor to be on GPU"), "unsupported"),
+    (RuntimeError("shape '[2, 3]' is invalid for input of size 7"), "error"),
+    (RuntimeError("CUDA error: an illegal memory access was encountered"), "error"),
+])
+def test_one_classifier_answers_for_every_pipeline(exc, status):
+    from suites.distributed import dist_checks
+
+    got, reason = policy.classify_exception(exc)
+    assert got == status and type(exc).__name__ in reason
+    assert opinfo.classify_error(exc) == status
+    assert dist_checks.classify_exception is policy.classify_exception
+
+
+def test_catalog_records_a_missing_kernel_as_unsupported_like_the_sweep(cpu, monkeypatch):
+    def no_kernel(out, args, kwargs):
+        raise NO_KERNEL
+
+    fault = faults.perturb_op("test.exp_no_kernel", family="test", description="-",
+                              op="aten.exp", transform=no_kernel, checks=("-",))
+    monkeypatch.setattr(faults, "_active", [fault])
+    entry = BY_NAME["exp"]
+    out = run_case(cpu, entry, "float32", entry.samples[0])
+    assert {o.status for o in out} == {"unsupported"}
+    assert "no kernel" in out[0].info["exception"]
+
+
+# ------------------------------------------------------------------------- standards
+
+@pytest.mark.parametrize("name,dtype,direction,standard", [
+    ("add", torch.float32, "fwd", "absolute"),          # catalog name
+    ("aten.add.Tensor", "float16", "fwd", "absolute"),  # aten name
+    ("aten::addmm", "float32", "fwd", "ulp"),
+    ("nn.functional.linear", "bfloat16", "bwd", "ulp"),  # OpInfo name
+    ("nn.functional.relu", "float32", "fwd", "absolute"),
+    ("div:no_rounding_mode", "float32", "fwd", "absolute"),
+    ("nn.functional.pad:reflect", "float32", "fwd", "exact"),
+    ("exp", "float32", "bwd", "relative"),
+    ("cat", "float32", "bwd", "exact"),
+    ("add", torch.int64, "fwd", "exact"),              # integer outputs: always exact
+    ("some_new_op", "float16", "fwd", "relative"),
+])
+def test_one_standards_table_keyed_by_any_op_name(name, dtype, direction, standard):
+    assert policy.standard_for(name, dtype, direction) == standard
+
+
+def test_catalog_rows_take_their_standard_from_the_table():
+    for entry in BY_NAME.values():
+        assert entry.standard == policy.standard_for(entry.name, "float32"), entry.name
+        if entry.backward:
+            assert entry.gradient_standard == policy.standard_for(entry.name, "float32",
+                                                                  "bwd"), entry.name
+
+
+def test_sweep_judges_add_by_the_same_standard_as_the_catalog():
+    case = opinfo.OpInfoCase("add", "float32")
+    assert policy.standard_for(case.key, case.dtype) == BY_NAME["add"].standard == "absolute"
+
+
+# ------------------------------------------------------- one op through both pipelines
+
+@dataclasses.dataclass
+class _SampleInput:
+    input: object
+    args: tuple
+    kwargs: dict
+    output_process_fn_grad: object = None
+
+
+class _AsOpInfo:
+    """A catalog row and one of its samples, seen through the OpInfo interface: the sweep
+    then runs exactly the catalog's inputs."""
+
+    def __init__(self, entry, values, kwargs):
+        self.entry, self.values, self.kwargs = entry, values, kwargs
+        self.name, self.variant_test_name = entry.name, ""
+        self.supports_autograd = entry.backward
+
+    def supported_backward_dtypes(self, _device):
+        return {torch.float16, torch.bfloat16, torch.float32, torch.float64}
+
+    def supports_dtype(self, _dtype, _device):
+        return True
+
+    def sample_inputs(self, _device, _dtype, requires_grad=False):
+        tensors = [v.clone().requires_grad_(requires_grad and v.is_floating_point())
+                   if isinstance(v, torch.Tensor) else v for v in self.values]
+        yield _SampleInput(tensors[0], tuple(tensors[1:]), dict(self.kwargs))
+
+    def __call__(self, *args, **kwargs):
+        return self.entry.fn(*args, **kwargs)
+
+
+@pytest.mark.parametrize("op,dtype", [
+    ("exp", "float16"), ("exp", "float32"), ("relu", "bfloat16"), ("clamp", "float32"),
+    ("mm", "float16"), ("sum", "float32"), ("add", "float32")])
+def test_same_op_gets_same_status_standard_and_metrics_in_each_pipeline(op, dtype, cpu,
+                                                                       monkeypatch):
+    entry = BY_NAME[op]
+    sample = entry.samples[0]
+    catalog = {o.direction: o for o in run_case(cpu, entry, dtype, sample)}
+
+    # the same inputs and cotangents the catalog drew, in its generator's order
+    gen = torch.Generator().manual_seed(case_seed(0, entry.name, dtype, sample.name))
+    values = materialize(sample, dtype, gen)
+    shape = entry.fn(*values, **sample.kwargs).shape
+    cot = torch.randn(shape, generator=gen).to(getattr(torch, dtype)).double()
+    monkeypatch.setattr(opinfo, "_cotangents", lambda like, seed: [cot for _ in like])
+    fake = _AsOpInfo(entry, values, sample.kwargs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sweep = opinfo.run_case(fake, opinfo.OpInfoCase(op, dtype), cpu)
+    by_direction = {o.id.split("/")[3]: o for o in sweep}
+
+    assert set(by_direction) == set(catalog) == {"fwd", "bwd"}
+    for direction, mine in catalog.items():
+        theirs = by_direction[direction]
+        assert theirs.status == mine.status == "pass", theirs.message
+        standard = entry.standard if direction == "fwd" else entry.gradient_standard
+        assert theirs.info["standard"] == standard
+        assert theirs.metrics == mine.metrics()
+        assert theirs.rules == mine.rules()
+        assert theirs.info["aten_ops"] == mine.info["aten_ops"]
+
+
+# -------------------------------------------------------------------------- watching
+
+def test_records_name_the_aten_ops_of_their_dut_computation(cpu):
+    entry = BY_NAME["clamp"]
+    fwd, bwd = run_case(cpu, entry, "float32", entry.samples[0])
+    assert "aten.clamp" in fwd.info["aten_ops"]["fwd"]
+    assert bwd.info["aten_ops"] == fwd.info["aten_ops"]
+    assert bwd.info["aten_ops"]["bwd"]  # the backward's own kernels, kept apart
+    assert fwd.info["aten_ops"]["fwd"] == sorted(fwd.info["aten_ops"]["fwd"])
+
+
+def test_catalog_records_a_cpu_fallback_like_the_sweep(cpu, monkeypatch):
+    from harness.fault_catalog.opinfo import SORT_FALLBACK
+
+    monkeypatch.setattr(faults, "_active", [SORT_FALLBACK])
+    entry = BY_NAME["sort"]
+    out = run_case(cpu, entry, "float32", entry.samples[0])
+    assert out and {o.status for o in out} == {"fallback"}
+    assert out[0].info["fallback_ops"] == ["aten::sort.stable"]
+    assert "host CPU" in out[0].message()
