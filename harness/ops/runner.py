@@ -20,8 +20,8 @@ from typing import Any, Optional
 import torch
 
 from harness.compare import Verdict, compare_outputs
-from harness.report.aten import capture_aten_ops
 from harness.ops.spec import DTYPES, UPCAST, OpEntry, Sample, T, case_seed, materialize
+from harness.report.aten import capture_aten_ops
 
 DIRECTIONS = ("fwd", "bwd")
 
