@@ -105,6 +105,9 @@ OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
     (("--alerts",), dict(default=None, metavar="PATH",
                          help="Write regressions and improvements to PATH (JSON) and "
                               "PATH's .md sibling (Markdown). Default: %(default)r")),
+    (("--report",), dict(default=None, metavar="PATH",
+                         help="Write the go/no-go report to PATH (self-contained HTML) and "
+                              "PATH's .md sibling (Markdown). Default: %(default)r")),
     (("--inject-fault",), dict(action="append", default=[], metavar="NAME",
                                help="Activate a fault for the whole run (repeatable); NAME "
                                     "or package.module:NAME. Default: none")),
@@ -163,6 +166,7 @@ def _settings(config: pytest.Config) -> Settings:
         baseline_against=opt("baseline_against"),
         results_dir=place(opt("results_dir"), "results"),
         alerts=alerts,
+        report=(here / opt("report")).resolve() if opt("report") else None,
         faults=tuple(opt("inject_fault")), seed=opt("seed"),
         run_slow=bool(opt("run_slow")) or _names_marker(markexpr, "slow"),
         run_benchmarks=bool(opt("run_benchmarks")) or _names_marker(markexpr, "benchmark"),

@@ -42,6 +42,7 @@ class Settings:
     baseline_against: Optional[str] = None
     results_dir: Path = Path("results")
     alerts: Optional[Path] = None
+    report: Optional[Path] = None
     faults: tuple[str, ...] = ()
     seed: int = 0
     run_slow: bool = False
@@ -72,6 +73,7 @@ class RunState:
     errors: list[str] = dataclasses.field(default_factory=list)
     written: list[str] = dataclasses.field(default_factory=list)
     verdict: Optional[verdict.RunVerdict] = None
+    report: object = None  # the harness.report model, when --report wrote one
 
 
 def utc_now() -> str:
@@ -152,6 +154,8 @@ def conclude(state: RunState, complete: bool) -> verdict.RunVerdict:
         _record_baseline(state, complete)
     if settings.alerts is not None:
         _write_alerts(state)
+    if settings.report is not None:
+        _write_report(state)
     if len(state.errors) > len(judged.errors):
         # errors while writing come after the verdict: judge again so they count
         state.verdict = judged = verdict.decide(
@@ -204,6 +208,26 @@ def _write_alerts(state: RunState) -> None:
     except OSError as exc:
         state.errors.append(f"cannot write alerts to {state.settings.alerts}: {exc}; pass a "
                             "writable --alerts path")
+
+
+def _write_report(state: RunState) -> None:
+    """``--report PATH`` (:mod:`harness.report`); one that cannot be written is an error."""
+    from harness import report
+
+    selection = state.selection
+    base = selection.results if selection is not None else None
+    try:
+        model, paths = report.write_for_session(
+            state.run, base, state.findings, state.verdict, state.settings.report,
+            baseline_name=(selection.stack_id or "") if selection is not None else "",
+            not_compared="" if base is not None else not_compared_reason(state),
+            alerts=state.settings.alerts,
+            baseline_reason=selection.reason if base is not None else "")
+        state.report = model
+        state.written += [f"report: {p}" for p in paths]
+    except Exception as exc:  # noqa: BLE001 - the run's results are written; say what failed
+        state.errors.append(f"report not written to {state.settings.report}: "
+                            f"{type(exc).__name__}: {exc}")
 
 
 # ----------------------------------------------------------------------- terminal
