@@ -232,6 +232,23 @@ def _write_report(state: RunState) -> None:
 
 # ----------------------------------------------------------------------- terminal
 
+def _grouped_lines(state: RunState) -> list[str]:
+    """The probable common cause and the top groups (one per subject, worst first) of the
+    report model (:func:`harness.report.terminal_lines`), without the lines the summary
+    prints itself (verdict, baseline, suites, report path)."""
+    from harness import report
+
+    model = state.report
+    if model is None:
+        selection = state.selection
+        base = selection.results if selection is not None else None
+        model = report.build(state.run, base, state.findings, state.verdict,
+                             baseline_name=(selection.stack_id or "") if selection else "",
+                             not_compared=not_compared_reason(state))
+    lines = report.terminal_lines(model, limit=SHOWN)
+    return [line for line in lines[3:] if not line.startswith("report: ")]
+
+
 def summary_lines(state: RunState) -> list[tuple[str, dict]]:
     """The terminal summary as (text, markup) pairs: the verdict line first, then the
     baseline, counts per suite, the first findings of each kind, errors and files."""
@@ -254,13 +271,7 @@ def summary_lines(state: RunState) -> list[tuple[str, dict]]:
     by_kind: dict[str, list[regress.Finding]] = {}
     for finding in state.findings:
         by_kind.setdefault(finding.kind, []).append(finding)
-    for kind, markup in (("regression", {"red": True}), ("review", {"yellow": True})):
-        found = by_kind.get(kind, [])
-        if found:
-            out.append((f"{len(found)} {kind}(s):", {"bold": True, **markup}))
-            out += [(f"  {f.message}", {}) for f in found[:SHOWN]]
-            if len(found) > SHOWN:
-                out.append((f"  ... and {len(found) - SHOWN} more in the alerts/report file", {}))
+    out += [(line, {}) for line in _grouped_lines(state)]
     if judged is not None and judged.still_failing:
         out.append((f"{len(judged.still_failing)} check(s) failed in the baseline too (still "
                     f"failing): {', '.join(judged.still_failing[:5])}"

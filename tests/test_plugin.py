@@ -103,9 +103,10 @@ def test_metric_drift_is_review_exit_0_and_names_everything(project):
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines([
         "VERDICT: REVIEW (1 metric(s) moved beyond their baseline rule; every check passes)",
-        "1 review(s):",
-        "*review: demo/metric/float32 err 0.001 -> 0.005 ?lower is better, ratio 2, "
-        "floor 1e-06? (baseline torch-*)",
+        "1 group(s) to look at (1 finding lines), worst first:",
+        "  ?beyond its baseline rule? demo/metric/float32: err 0.001 -> 0.005 (5x) ?lower is "
+        "better, ratio 2, floor 1e-06?",
+        "      python -m pytest 'suites/demo/test_demo.py::test_metric' --device cpu --seed 0",
     ])
     alerts = json.loads((project.path / "alerts.json").read_text())
     assert alerts["verdict"] == "review"
