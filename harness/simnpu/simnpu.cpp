@@ -403,6 +403,33 @@ std::unordered_set<std::string> g_fallback_ops;     // warn like torch_npu, then
 std::unordered_set<std::string> g_unsupported_ops;  // raise "could not run"
 std::unordered_set<std::string> g_warned;
 
+// Legacy ops that mutate arguments their schema does not mark as written (so
+// at::native::cpu_fallback would not copy them back): those arguments are handed to the
+// CPU kernel as host aliases, which it updates in place. {op name, argument indices}.
+const std::vector<std::pair<std::string, std::vector<size_t>>> kUnmarkedMutations = {
+    {"aten::native_batch_norm", {3, 4}},
+    {"aten::batch_norm_update_stats", {1, 2}},
+    {"aten::batch_norm_gather_stats_with_counts", {3, 4}},
+};
+
+void alias_unmarked_mutations(const std::string& full, const c10::OperatorHandle& op,
+                              torch::jit::Stack* stack) {
+  for (const auto& entry : kUnmarkedMutations) {
+    if (entry.first != full) {
+      continue;
+    }
+    const size_t num_args = op.schema().arguments().size();
+    const size_t begin = stack->size() - num_args;
+    for (size_t index : entry.second) {
+      c10::IValue& value = (*stack)[begin + index];
+      if (value.isTensor() && value.toTensor().defined() &&
+          value.toTensor().is_privateuseone()) {
+        value = c10::IValue(host_alias(value.toTensor()));
+      }
+    }
+  }
+}
+
 void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& name = op.schema().operator_name();
   const std::string base = name.name;
@@ -427,6 +454,7 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
                "' is not currently supported on the NPU backend and will fall back to run on "
                "the CPU. This may have performance implications.");
   }
+  alias_unmarked_mutations(full, op, stack);
   at::native::cpu_fallback(op, stack);
 }
 
@@ -440,6 +468,10 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
 // The macros name types and policies unqualified: they expect namespace at::autocast.
 namespace at::autocast {
 namespace {
+TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFallthrough());
+}
+
 TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
 #define SIMNPU_KERNEL_LOW(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, lower_precision_fp)
   AT_FORALL_LOWER_PRECISION_FP(SIMNPU_KERNEL_LOW)
