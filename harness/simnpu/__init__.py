@@ -160,6 +160,7 @@ def load(verbose: bool = False):
     memory = _parse_bytes(os.environ.get("HARNESS_SIMNPU_MEMORY", "16GiB") or "16GiB")
     ext.init(devices, memory)
     ext.set_ops(_op_list("HARNESS_SIMNPU_FALLBACK_OPS"), _op_list("HARNESS_SIMNPU_UNSUPPORTED_OPS"))
+    ext.route_to_cpu(_cpu_routed_ops())
 
     from harness.simnpu import _module
 
@@ -173,6 +174,33 @@ def load(verbose: bool = False):
                                                          for_storage=True)
     fake = _module.make_torch_npu(npu, cann_version())
     return fake
+
+
+def _cpu_routed_ops() -> list[str]:
+    """aten ops with their own CPU kernel that a kernel-less backend would run through a
+    composite instead (``native_layer_norm``, ``native_group_norm``, ``silu_backward``,
+    ...): SimNPU registers its CPU fallback for them, so it computes what the CPU does.
+    Views are left alone (a fallback would copy, not alias)."""
+    import torch
+
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    routed = []
+    for name in torch._C._dispatch_get_all_op_names():
+        if not name.startswith("aten::") or not has(name, "CPU") or has(name, "PrivateUse1"):
+            continue
+        if not (has(name, "CompositeImplicitAutograd") or (
+                has(name, "CompositeExplicitAutograd")
+                and not has(name, "CompositeExplicitAutogradNonFunctional"))):
+            continue
+        base, _, overload = name[len("aten::"):].partition(".")
+        try:
+            schema = getattr(getattr(torch.ops.aten, base), overload or "default")._schema
+        except (AttributeError, RuntimeError):
+            continue
+        if any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns):
+            continue
+        routed.append(name[len("aten::"):])
+    return sorted(routed)
 
 
 def set_ops(fallback: list[str], unsupported: list[str] = ()) -> None:

@@ -462,6 +462,19 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
 }
 
+// Ops with a CPU kernel *and* a composite one: on a backend without its own kernel the
+// dispatcher prefers the composite (e.g. native_layer_norm's math version, computed in
+// fp16 step by step), which is not what the CPU computes. Registering the CPU fallback
+// for them directly makes the simulated device run the CPU's kernel, as it does for
+// every other op. The list is computed in Python (harness.simnpu._cpu_routed_ops).
+void route_to_cpu(const std::vector<std::string>& names) {
+  static auto* library = new torch::Library(torch::Library::IMPL, "aten",
+                                            c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  for (const auto& name : names) {
+    library->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
+  }
+}
+
 }  // namespace simnpu
 
 // ------------------------------------------------------------------------- autocast
@@ -553,5 +566,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("stats", &simnpu::stats, "Allocator statistics of one device");
   m.def("reset_peak", &simnpu::reset_peak);
   m.def("set_cap", &simnpu::set_cap, "Cap a device's allocations (bytes; -1 lifts the cap)");
+  m.def("route_to_cpu", &simnpu::route_to_cpu, "Run these ops' CPU kernels, not composites");
   m.def("set_ops", &simnpu::set_ops, "Ops that warn like torch_npu's fallback / are refused");
 }
