@@ -176,11 +176,11 @@ def make(ext) -> types.ModuleType:
     def memory_summary(device=None, abbreviated: bool = False) -> str:
         stats = ext.stats(_index(device))
         cap = stats["cap"]
-        return ("SimNPU memory summary (npu:%d)\n  allocated: %d B\n  peak: %d B\n"
-                "  cap: %s\n  total: %d B\n  OOMs: %d" % (
-                    _index(device), stats["allocated_bytes.all.current"],
-                    stats["allocated_bytes.all.peak"], "none" if cap < 0 else f"{cap} B",
-                    ext.total_memory(), stats["num_ooms"]))
+        cap_text = "none" if cap < 0 else f"{cap} B"
+        return (f"SimNPU memory summary (npu:{_index(device)})\n"
+                f"  allocated: {stats['allocated_bytes.all.current']} B\n"
+                f"  peak: {stats['allocated_bytes.all.peak']} B\n  cap: {cap_text}\n"
+                f"  total: {ext.total_memory()} B\n  OOMs: {stats['num_ooms']}")
 
     # ---- streams, AMP, state
     def current_stream(device=None) -> Stream:
