@@ -286,7 +286,6 @@ class MemoryMeter:
                 f"cap {tracker.limit}")
 
 
-@contextlib.contextmanager
 def settled_allocated(device, *, quiet: float = 0.005, wait: float = 0.5) -> int:
     """The device's allocated bytes once they stop changing (Note [Frees after an OOM]).
 
@@ -312,6 +311,7 @@ def settled_allocated(device, *, quiet: float = 0.005, wait: float = 0.5) -> int
     return level
 
 
+@contextlib.contextmanager
 def measure(device, *, cap: Optional[int] = None) -> Iterator[MemoryMeter]:
     """A :class:`MemoryMeter` and the DUT scope, entered in the right order."""
     meter = MemoryMeter(device)
