@@ -168,7 +168,8 @@ def _probe_npu() -> Probe:
     npu_version = torch_npu_version()
     if npu_version is None and importlib.util.find_spec("torch_npu") is None:
         return Probe("npu", False, "torch_npu is not installed (pip install torch_npu matching "
-                     f"torch {_base_version(torch.__version__)} and your CANN version)")
+                     f"torch {_base_version(torch.__version__)} and your CANN version; "
+                     "HARNESS_SIMNPU=1 simulates one: docs/simnpu.md)")
     if npu_version is not None and _base_version(npu_version) != _base_version(torch.__version__):
         return Probe("npu", False, f"version mismatch: torch {torch.__version__} but torch_npu "
                      f"{npu_version}; torch_npu must be built for the same torch "
