@@ -27,6 +27,7 @@ import importlib.util
 import os
 import platform
 import re
+import sys
 import threading
 import time
 from typing import Callable, Iterator, Optional
@@ -98,7 +99,14 @@ def _probe_mps() -> Probe:
 
 
 def torch_npu_version() -> Optional[str]:
-    """The installed torch_npu's version from package metadata, without importing it."""
+    """The installed torch_npu's version from package metadata, without importing it.
+
+    Under the simulator (:mod:`harness.simnpu`) it is the fake module's version: there is
+    no package to read metadata from.
+    """
+    module = sys.modules.get("torch_npu")
+    if module is not None and getattr(module, "__simnpu__", False):
+        return str(module.__version__)
     try:
         return importlib.metadata.version("torch_npu")
     except importlib.metadata.PackageNotFoundError:
@@ -132,11 +140,36 @@ def explain_npu_import_error(exc: BaseException) -> str:
     return f"import torch_npu failed: {type(exc).__name__}: {text}"
 
 
+def _probe_simnpu() -> Optional[Probe]:
+    """The simulated NPU (``HARNESS_SIMNPU=1``, :mod:`harness.simnpu`); None when not asked
+    for or when a real torch_npu is installed (real hardware is never replaced)."""
+    from harness import simnpu
+
+    if not simnpu.requested() or simnpu.real_torch_npu_installed():
+        return None
+    missing = simnpu.compiler_missing()
+    if missing:
+        return Probe("npu", False, f"HARNESS_SIMNPU=1 but the simulator cannot be built: "
+                     f"{missing}")
+    try:
+        simnpu.load()
+        count = torch.npu.device_count()
+    except Exception as exc:  # noqa: BLE001 - a failed build or load is a reason
+        return Probe("npu", False, f"HARNESS_SIMNPU=1 but the simulator failed to load: "
+                     f"{type(exc).__name__}: {str(exc)[-500:]}")
+    return Probe("npu", True, f"{count} {simnpu.DEVICE_NAME} device(s) (simulated, CANN "
+                 f"{simnpu.cann_version()}; HARNESS_SIMNPU=1, not real hardware)", count)
+
+
 def _probe_npu() -> Probe:
+    simulated = _probe_simnpu()
+    if simulated is not None:
+        return simulated
     npu_version = torch_npu_version()
     if npu_version is None and importlib.util.find_spec("torch_npu") is None:
         return Probe("npu", False, "torch_npu is not installed (pip install torch_npu matching "
-                     f"torch {_base_version(torch.__version__)} and your CANN version)")
+                     f"torch {_base_version(torch.__version__)} and your CANN version; "
+                     "HARNESS_SIMNPU=1 simulates one: docs/simnpu.md)")
     if npu_version is not None and _base_version(npu_version) != _base_version(torch.__version__):
         return Probe("npu", False, f"version mismatch: torch {torch.__version__} but torch_npu "
                      f"{npu_version}; torch_npu must be built for the same torch "
@@ -287,6 +320,25 @@ class Device:
     @property
     def dist_backend(self) -> str:
         return self.kind.dist_backend
+
+    @property
+    def simulated(self) -> bool:
+        """Whether this is SimNPU (:mod:`harness.simnpu`), not real hardware."""
+        from harness import simnpu
+
+        return self.type == "npu" and simnpu.is_loaded()
+
+    @property
+    def dist_unavailable(self) -> Optional[str]:
+        """Why this device's collective backend cannot run here; None when it can.
+
+        Only the simulator says so: on hardware a missing backend must fail the checks.
+        """
+        if self.simulated:
+            return ("SimNPU has no collective backend: hccl comes with a real torch_npu, and "
+                    "gloo takes CPU/CUDA tensors only, not PrivateUse1 ones; run the "
+                    "distributed checks on a real NPU, or on the CPU (--device cpu)")
+        return None
 
     @property
     def is_accelerator(self) -> bool:

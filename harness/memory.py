@@ -45,6 +45,7 @@ import contextlib
 import dataclasses
 import gc
 import threading
+import time
 import weakref
 from typing import Any, Callable, Iterator, Optional, Sequence
 
@@ -202,7 +203,7 @@ class MemoryMeter:
         else:
             gc.collect()
             self.device.synchronize()
-            self.start = int(self.device.allocated() or 0)
+            self.start = settled_allocated(self.device)
             self.device.reset_peak()
             if self._limit is not None:
                 self._apply_cap(self._limit)
@@ -283,6 +284,31 @@ class MemoryMeter:
                 f"{tracker.current} bytes live in {len(sizes)} storages (largest: {top}); "
                 f"peak {tracker.peak}; {tracker.allocations} storages allocated; "
                 f"cap {tracker.limit}")
+
+
+def settled_allocated(device, *, quiet: float = 0.005, wait: float = 0.5) -> int:
+    """The device's allocated bytes once they stop changing (Note [Frees after an OOM]).
+
+    Note [Frees after an OOM]
+    ~~~~~~~~~~~~~~~~~~~~~~~~~
+    On an accelerator the backward pass runs in the autograd engine's device thread. When
+    it raises (an OOM under a cap), the caller wakes as soon as the error is set, while the
+    device thread is still tearing the graph down; the failed step's buffers are freed a
+    moment later. A meter started in that moment counts them in its start level and the
+    next step's peak comes out short by their size (seen on the simulated npu: a batch
+    "fitting" with a peak of 0.3 MiB right after a bigger one ran out of 2 MiB). The CPU
+    runs backward in the calling thread, so its tracker never sees this.
+    """
+    level = int(device.allocated() or 0)
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        time.sleep(quiet)
+        device.synchronize()
+        now = int(device.allocated() or 0)
+        if now == level:
+            break
+        level = now
+    return level
 
 
 @contextlib.contextmanager
@@ -576,5 +602,5 @@ __all__ = [
     "CHECKPOINT_MODES", "LeakProfile", "MemoryMeter", "StepMeasurement", "StorageTracker",
     "Threshold", "checkpointed", "copy_model", "fmt_bytes", "leak_profile",
     "deterministic_batch", "max_batch_under_cap", "measure", "measure_step", "release",
-    "saved_tensor_bytes", "seeded_model", "train_step",
+    "saved_tensor_bytes", "seeded_model", "settled_allocated", "train_step",
 ]

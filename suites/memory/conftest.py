@@ -34,11 +34,15 @@ class ModelCase:
 # Measured ratios on CPU (small scale, tracker bytes): mlp 0.481 (non-reentrant) /
 # 0.518 (reentrant); cnn 0.893 / 0.966 at batch 32 (three uneven blocks: the first
 # block's recomputation dominates the backward peak); resnet 0.808 / 0.808.
+# Accelerators save a 1-byte dropout mask (native_dropout) where the CPU saves a float one
+# (bernoulli_ + mul), so their plain peak is smaller and the mlp's ratios larger: 0.665
+# reentrant on the simulated npu (harness.simnpu, allocator bytes). The mlp's stated
+# maxima hold on both paths; a checkpoint that keeps its activations is ~1.0 either way.
 CASES = {
     "small": {
         "mlp": ModelCase("mlp", lambda: models.DeepMLP(width=128, depth=8, in_features=128,
                                                   dropout=0.1),
-                    (128,), 256, {"non_reentrant": 0.60, "reentrant": 0.62}),
+                    (128,), 256, {"non_reentrant": 0.60, "reentrant": 0.70}),
         "cnn": ModelCase("cnn", lambda: models.SimpleCNN(dropout=0.5), (3, 32, 32), 32,
                     {"non_reentrant": 0.93, "reentrant": 0.985}),
         "resnet": ModelCase("resnet", lambda: models.resnet("small"), (3, 32, 32), 16,
@@ -47,7 +51,7 @@ CASES = {
     "full": {
         "mlp": ModelCase("mlp", lambda: models.DeepMLP(width=1024, depth=16, in_features=1024,
                                                   dropout=0.1),
-                    (1024,), 1024, {"non_reentrant": 0.60, "reentrant": 0.62}),
+                    (1024,), 1024, {"non_reentrant": 0.60, "reentrant": 0.70}),
         "cnn": ModelCase("cnn", lambda: models.SimpleCNN(dropout=0.5), (3, 32, 32), 256,
                     {"non_reentrant": 0.93, "reentrant": 0.985}),
         "resnet": ModelCase("resnet", lambda: models.resnet("full"), (3, 32, 32), 128,
@@ -71,15 +75,17 @@ class ThresholdCase:
 
 # Measured on CPU (small scale, tracker bytes, resolution as stated): mlp max batch
 # 148 plain, 312 non-reentrant (2.11x), 288 reentrant (1.95x) under 2 MiB; resnet 10
-# plain, 13 non-reentrant (1.30x) under 8 MiB. The stated gains keep a margin.
+# plain, 13 non-reentrant (1.30x) under 8 MiB. The stated gains keep a margin. On an
+# accelerator's path (1-byte dropout masks, see CASES) the mlp gains less: 1.75x
+# non-reentrant, 1.50x reentrant on the simulated npu, so the stated gain is 1.4x.
 THRESHOLDS = {
     "small": {
-        "mlp": ThresholdCase("mlp", cap=2 << 20, start=8, ref_batch=64, min_gain=1.8,
+        "mlp": ThresholdCase("mlp", cap=2 << 20, start=8, ref_batch=64, min_gain=1.4,
                              resolution=1 / 32),
         "resnet": ThresholdCase("resnet", cap=8 << 20, start=2, ref_batch=4, min_gain=1.15),
     },
     "full": {
-        "mlp": ThresholdCase("mlp", cap=512 << 20, start=64, ref_batch=256, min_gain=1.8),
+        "mlp": ThresholdCase("mlp", cap=512 << 20, start=64, ref_batch=256, min_gain=1.4),
         "resnet": ThresholdCase("resnet", cap=4 << 30, start=16, ref_batch=64, min_gain=1.15),
     },
 }

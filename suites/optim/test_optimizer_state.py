@@ -179,7 +179,10 @@ def test_state_dict_round_trip(device, results, settings, name, variant):
         buffer.seek(0)
         twin = copy.deepcopy(model)
         twin_opt = make_optimizer(name, variant, list(twin.parameters()))
-        twin_opt.load_state_dict(torch.load(buffer, map_location=device.torch_device))
+        # Load on the host and let load_state_dict place each state tensor by its
+        # parameter: map_location=<accelerator> would also move the CPU-resident `step`
+        # counters onto the device (torch keeps them on the host unless fused/capturable).
+        twin_opt.load_state_dict(torch.load(buffer, map_location="cpu"))
         dtype_mismatch = device_mismatch = 0
         value_diff = 0.0
         for p, q in zip(model.parameters(), twin.parameters()):

@@ -1,0 +1,208 @@
+"""SimNPU: a simulated NPU, so the suite's ``npu`` path runs on a CPU-only machine.
+
+A PrivateUse1 backend (``simnpu.cpp``, built on first use with
+``torch.utils.cpp_extension.load`` and cached per torch version) renamed ``npu``: tensors
+live in host memory, every op runs through a boxed CPU fallback, and a Python device module
+registered as ``torch.npu`` answers what the harness asks torch_npu (device count and name,
+memory statistics, a real per-process memory cap raising ``torch.OutOfMemoryError``,
+events, seeding, AMP). A fake ``torch_npu`` module reports its version and a simulated
+CANN version through ``torch_npu.npu.utils.get_cann_version(module=...)``.
+
+Activated only on request: ``HARNESS_SIMNPU=1`` with ``--device npu`` (the probe of
+:mod:`harness.device` loads it), never when a real ``torch_npu`` is installed.
+
+Environment (read when the simulator loads; children inherit it):
+
+==============================  ==========================================================
+``HARNESS_SIMNPU=1``            use the simulator for ``--device npu``
+``HARNESS_SIMNPU_CANN``         the simulated CANN version (default :data:`DEFAULT_CANN`)
+``HARNESS_SIMNPU_DEVICES``      number of simulated devices (default 1)
+``HARNESS_SIMNPU_MEMORY``       memory per device: bytes or ``16GiB``/``512MiB`` (16GiB)
+``HARNESS_SIMNPU_FALLBACK_OPS`` ``aten::sort,aten::topk.values``: these ops warn like
+                                torch_npu's CPU fallback (once per op and process)
+``HARNESS_SIMNPU_UNSUPPORTED_OPS``  these ops raise torch's "Could not run" error
+``HARNESS_SIMNPU_CACHE``        build cache (default ``~/.cache/harness-simnpu``)
+==============================  ==========================================================
+
+See docs/simnpu.md for what it can and cannot simulate.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import re
+import shutil
+import sys
+import threading
+from pathlib import Path
+from typing import Optional
+
+ENV = "HARNESS_SIMNPU"
+DEFAULT_CANN = "8.0.0"
+DEVICE_NAME = "SimNPU"
+TORCH_NPU_VERSION_SUFFIX = ".post0+simnpu"
+
+_lock = threading.Lock()
+_ext = None
+
+
+def requested(env: Optional[dict] = None) -> bool:
+    """Whether the user asked for the simulator (``HARNESS_SIMNPU=1``)."""
+    env = os.environ if env is None else env
+    return env.get(ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def real_torch_npu_installed() -> bool:
+    """Whether a real torch_npu is installed (package metadata or an importable module)."""
+    if is_loaded():
+        return False
+    try:
+        importlib.metadata.version("torch_npu")
+        return True
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    try:
+        return importlib.util.find_spec("torch_npu") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def is_loaded() -> bool:
+    """Whether this process runs the simulator (the fake torch_npu is in sys.modules)."""
+    module = sys.modules.get("torch_npu")
+    return bool(module is not None and getattr(module, "__simnpu__", False))
+
+
+def cann_version(env: Optional[dict] = None) -> str:
+    """The simulated CANN version (``HARNESS_SIMNPU_CANN``, default :data:`DEFAULT_CANN`)."""
+    env = os.environ if env is None else env
+    return env.get("HARNESS_SIMNPU_CANN", "").strip() or DEFAULT_CANN
+
+
+def _parse_bytes(text: str) -> int:
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?i?B?)?\s*", text, re.IGNORECASE)
+    if not match:
+        raise ValueError(f"HARNESS_SIMNPU_MEMORY={text!r} is not a size; use bytes or e.g. "
+                         "16GiB, 512MiB")
+    unit = (match.group(2) or "").upper().rstrip("B").rstrip("I")
+    scale = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}[unit]
+    return int(float(match.group(1)) * scale)
+
+
+def _op_list(name: str, env: Optional[dict] = None) -> list[str]:
+    env = os.environ if env is None else env
+    ops = []
+    for item in env.get(name, "").split(","):
+        item = item.strip()
+        if item:
+            ops.append(item if "::" in item else f"aten::{item}")
+    return ops
+
+
+def cache_dir() -> Path:
+    """Where the build lives: ``$HARNESS_SIMNPU_CACHE`` or ``~/.cache/harness-simnpu``,
+    one folder per torch version (an extension is only valid for the torch it was built
+    against)."""
+    import torch
+
+    root = os.environ.get("HARNESS_SIMNPU_CACHE") or os.path.join(
+        os.path.expanduser("~"), ".cache", "harness-simnpu")
+    version = re.sub(r"[^A-Za-z0-9.+-]", "_", torch.__version__)
+    return Path(root) / f"torch-{version}"
+
+
+def compiler_missing() -> Optional[str]:
+    """Why the extension cannot be built here (None when it can)."""
+    cxx = os.environ.get("CXX", "c++")
+    if shutil.which(cxx) is None and shutil.which("g++") is None:
+        return f"no C++ compiler ({cxx} / g++) on PATH; install g++ to build SimNPU"
+    return None
+
+
+def build(verbose: bool = False):
+    """Build (or load the cached) extension; returns the compiled module."""
+    global _ext
+    with _lock:
+        if _ext is not None:
+            return _ext
+        missing = compiler_missing()
+        if missing:
+            raise RuntimeError(missing)
+        from torch.utils import cpp_extension
+
+        directory = cache_dir()
+        directory.mkdir(parents=True, exist_ok=True)
+        source = Path(__file__).with_name("simnpu.cpp")
+        _ext = cpp_extension.load(name="harness_simnpu", sources=[str(source)],
+                                  build_directory=str(directory), extra_cflags=["-O1"],
+                                  verbose=verbose)
+        return _ext
+
+
+def load(verbose: bool = False):
+    """Make ``npu`` a (simulated) device in this process; idempotent.
+
+    Builds the extension if needed, registers the backend under the name ``npu``,
+    installs ``torch.npu`` and the fake ``torch_npu``, and applies the op lists.
+    Refuses when a real torch_npu is installed.
+    """
+    import torch
+
+    if is_loaded():
+        return sys.modules["torch_npu"]
+    if real_torch_npu_installed():
+        raise RuntimeError("a real torch_npu is installed; SimNPU never replaces it (unset "
+                           f"{ENV})")
+    ext = build(verbose)
+    devices = int(os.environ.get("HARNESS_SIMNPU_DEVICES", "1") or 1)
+    memory = _parse_bytes(os.environ.get("HARNESS_SIMNPU_MEMORY", "16GiB") or "16GiB")
+    ext.init(devices, memory)
+    ext.set_ops(_op_list("HARNESS_SIMNPU_FALLBACK_OPS"), _op_list("HARNESS_SIMNPU_UNSUPPORTED_OPS"))
+    ext.route_to_cpu(_cpu_routed_ops())
+
+    from harness.simnpu import _module
+
+    if torch._C._get_privateuse1_backend_name() != "npu":
+        torch.utils.rename_privateuse1_backend("npu")
+    npu = _module.make(ext)
+    if not hasattr(torch, "npu"):
+        torch._register_device_module("npu", npu)
+    torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True,
+                                                         for_packed_sequence=True,
+                                                         for_storage=True)
+    fake = _module.make_torch_npu(npu, cann_version())
+    return fake
+
+
+def _cpu_routed_ops() -> list[str]:
+    """aten ops with their own CPU kernel that a kernel-less backend would run through a
+    composite instead (``native_layer_norm``, ``native_group_norm``, ``silu_backward``,
+    ...): SimNPU registers its CPU fallback for them, so it computes what the CPU does.
+    Views are left alone (a fallback would copy, not alias)."""
+    import torch
+
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    routed = []
+    for name in torch._C._dispatch_get_all_op_names():
+        if not name.startswith("aten::") or not has(name, "CPU") or has(name, "PrivateUse1"):
+            continue
+        if not (has(name, "CompositeImplicitAutograd") or (
+                has(name, "CompositeExplicitAutograd")
+                and not has(name, "CompositeExplicitAutogradNonFunctional"))):
+            continue
+        base, _, overload = name[len("aten::"):].partition(".")
+        try:
+            schema = getattr(getattr(torch.ops.aten, base), overload or "default")._schema
+        except (AttributeError, RuntimeError):
+            continue
+        if any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns):
+            continue
+        routed.append(name[len("aten::"):])
+    return sorted(routed)
+
+
+def set_ops(fallback: list[str], unsupported: list[str] = ()) -> None:
+    """Change the op lists of a loaded simulator (tests)."""
+    build().set_ops(list(fallback), list(unsupported))

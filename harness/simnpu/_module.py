@@ -1,0 +1,291 @@
+"""The Python side of SimNPU: ``torch.npu`` and the fake ``torch_npu``.
+
+:func:`make` builds the device module registered as ``torch.npu`` (what the harness and
+torch's own device-generic code ask a backend module: counts, seeding, RNG state, memory
+statistics and the cap, events, AMP). :func:`make_torch_npu` builds the ``torch_npu``
+package the harness imports on real stacks (``torch_npu.npu.utils.get_cann_version``,
+``torch_npu.npu.amp``) and puts it in ``sys.modules``.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import importlib.machinery
+import sys
+import time
+import types
+
+import torch
+
+from harness import simnpu
+
+_DeviceProperties = collections.namedtuple(
+    "_NPUDeviceProperties", "name total_memory multi_processor_count major minor")
+
+CANN_COMPONENTS = ("CANN", "RUNTIME", "COMPILER", "HCCL", "TOOLKIT", "OPP", "OPP_KERNEL")
+DRIVER_VERSION = "24.1.0.simnpu"
+
+
+class Event:
+    """``torch.npu.Event``: work runs synchronously on the host, so an event is the host
+    clock when it is recorded (``elapsed_time`` in milliseconds, like torch_npu's)."""
+
+    def __init__(self, enable_timing: bool = False, blocking: bool = False,
+                 interprocess: bool = False) -> None:
+        self.enable_timing = enable_timing
+        self._time = None
+
+    def record(self, stream=None) -> None:
+        self._time = time.perf_counter()
+
+    def synchronize(self) -> None:
+        pass
+
+    def wait(self, stream=None) -> None:
+        pass
+
+    def query(self) -> bool:
+        return True
+
+    def elapsed_time(self, end: Event) -> float:
+        if not self.enable_timing or not end.enable_timing:
+            raise RuntimeError("Both events must be created with enable_timing=True")
+        if self._time is None or end._time is None:
+            raise RuntimeError("Both events must be recorded before calling elapsed_time()")
+        return (end._time - self._time) * 1e3
+
+
+class Stream:
+    """The one (default) stream of a simulated device."""
+
+    def __init__(self, device=None, priority: int = 0) -> None:
+        self.device = torch.device("npu", _index(device))
+
+    def synchronize(self) -> None:
+        pass
+
+    def wait_stream(self, other) -> None:
+        pass
+
+    def query(self) -> bool:
+        return True
+
+    def record_event(self, event=None):
+        event = event or Event()
+        event.record(self)
+        return event
+
+
+def _index(device) -> int:
+    """Device index from None / int / 'npu:1' / torch.device, like torch.cuda does."""
+    ext = simnpu.build()
+    if device is None:
+        return int(ext.current_device())
+    if isinstance(device, int):
+        return device
+    device = torch.device(device)
+    if device.type != "npu":
+        raise ValueError(f"Expected an npu device, got {device}")
+    return int(ext.current_device()) if device.index is None else device.index
+
+
+def make(ext) -> types.ModuleType:
+    """The ``torch.npu`` device module over the compiled extension ``ext``."""
+    module = types.ModuleType("torch.npu", "SimNPU's device module (harness.simnpu)")
+    seeds = {"seed": 0}
+
+    def is_available() -> bool:
+        return True
+
+    def device_count() -> int:
+        return int(ext.device_count())
+
+    def current_device() -> int:
+        return int(ext.current_device())
+
+    def set_device(device) -> None:
+        ext.set_device(_index(device))
+
+    def synchronize(device=None) -> None:
+        _index(device)
+
+    def get_device_name(device=None) -> str:
+        _index(device)
+        return simnpu.DEVICE_NAME
+
+    def get_device_properties(device=None):
+        _index(device)
+        return _DeviceProperties(simnpu.DEVICE_NAME, int(ext.total_memory()), 1, 0, 0)
+
+    def get_device_capability(device=None):
+        return (0, 0)
+
+    # Random ops run on the host through the fallback and draw from the CPU generator,
+    # which torch.manual_seed seeds already; the device keeps the seed for initial_seed.
+    def manual_seed(seed: int) -> None:
+        seeds["seed"] = int(seed)
+
+    def seed() -> None:
+        seeds["seed"] = int(torch.initial_seed())
+
+    def initial_seed() -> int:
+        return seeds["seed"]
+
+    def get_rng_state(device="npu") -> torch.Tensor:
+        return torch.empty(0, dtype=torch.uint8)
+
+    def set_rng_state(new_state, device="npu") -> None:
+        pass
+
+    def get_rng_state_all():
+        return [get_rng_state(i) for i in range(device_count())]
+
+    def set_rng_state_all(states) -> None:
+        pass
+
+    # ---- memory
+    def memory_stats(device=None) -> dict:
+        return dict(ext.stats(_index(device)))
+
+    def memory_allocated(device=None) -> int:
+        return int(ext.stats(_index(device))["allocated_bytes.all.current"])
+
+    def max_memory_allocated(device=None) -> int:
+        return int(ext.stats(_index(device))["allocated_bytes.all.peak"])
+
+    def reset_peak_memory_stats(device=None) -> None:
+        ext.reset_peak(_index(device))
+
+    def set_per_process_memory_fraction(fraction: float, device=None) -> None:
+        if not isinstance(fraction, float) and not isinstance(fraction, int):
+            raise TypeError("Invalid type for fraction argument, must be `float`")
+        if fraction < 0 or fraction > 1:
+            raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
+        index = _index(device)
+        ext.set_cap(index, -1 if fraction >= 1 else int(fraction * ext.total_memory()))
+
+    def mem_get_info(device=None) -> tuple[int, int]:
+        index = _index(device)
+        total = int(ext.total_memory())
+        return total - int(ext.stats(index)["allocated_bytes.all.current"]), total
+
+    def empty_cache() -> None:
+        pass  # no caching: freed blocks return to the host at once
+
+    def memory_summary(device=None, abbreviated: bool = False) -> str:
+        stats = ext.stats(_index(device))
+        cap = stats["cap"]
+        cap_text = "none" if cap < 0 else f"{cap} B"
+        return (f"SimNPU memory summary (npu:{_index(device)})\n"
+                f"  allocated: {stats['allocated_bytes.all.current']} B\n"
+                f"  peak: {stats['allocated_bytes.all.peak']} B\n  cap: {cap_text}\n"
+                f"  total: {ext.total_memory()} B\n  OOMs: {stats['num_ooms']}")
+
+    # ---- streams, AMP, state
+    def current_stream(device=None) -> Stream:
+        return Stream(device)
+
+    def default_stream(device=None) -> Stream:
+        return Stream(device)
+
+    @contextlib.contextmanager
+    def stream(stream_):
+        yield
+
+    class device:  # noqa: N801 - torch.cuda.device's spelling
+        """``with torch.npu.device(i):`` makes device ``i`` current meanwhile."""
+
+        def __init__(self, device_) -> None:
+            self.index = _index(device_) if device_ is not None else None
+
+        def __enter__(self):
+            self.prev = current_device()
+            if self.index is not None:
+                set_device(self.index)
+
+        def __exit__(self, *exc) -> None:
+            set_device(self.prev)
+
+    def get_amp_supported_dtype():
+        return [torch.float16, torch.bfloat16]
+
+    def is_bf16_supported(including_emulation: bool = True) -> bool:
+        return True
+
+    def is_initialized() -> bool:
+        return True
+
+    def init() -> None:
+        pass
+
+    def _is_in_bad_fork() -> bool:
+        return False
+
+    for name, value in dict(locals()).items():
+        if callable(value) and not name.startswith("__") and name not in ("ext", "seeds"):
+            setattr(module, name, value)
+    module.Event = Event
+    module.Stream = Stream
+    module.manual_seed_all = manual_seed
+    module.reset_max_memory_allocated = reset_peak_memory_stats
+    module.memory_reserved = memory_allocated
+    module.max_memory_reserved = max_memory_allocated
+    module.OutOfMemoryError = torch.OutOfMemoryError
+    module.amp = _make_amp()
+    module.utils = _make_utils()
+    module.__simnpu__ = True
+    return module
+
+
+def _make_amp() -> types.ModuleType:
+    """``torch.npu.amp`` / ``torch_npu.npu.amp``: the pre-``torch.amp`` spelling."""
+    amp = types.ModuleType("torch_npu.npu.amp")
+
+    def autocast(enabled: bool = True, dtype: torch.dtype = torch.float16,
+                 cache_enabled: bool = True):
+        return torch.autocast(device_type="npu", dtype=dtype, enabled=enabled,
+                              cache_enabled=cache_enabled)
+
+    def GradScaler(**kwargs):  # noqa: N802 - torch_npu's class name
+        return torch.amp.GradScaler("npu", **kwargs)
+
+    amp.autocast = autocast
+    amp.GradScaler = GradScaler
+    return amp
+
+
+def _make_utils() -> types.ModuleType:
+    utils = types.ModuleType("torch_npu.npu.utils")
+
+    def get_cann_version(module: str = "CANN") -> str:
+        """The simulated CANN version (``HARNESS_SIMNPU_CANN``) for every component but
+        the driver, as a CANN install of one version reports."""
+        module = module.upper()
+        if module == "DRIVER":
+            return DRIVER_VERSION
+        if module not in CANN_COMPONENTS:
+            raise ValueError(f"unknown CANN module {module!r}; choose from "
+                             f"{', '.join(CANN_COMPONENTS)}, DRIVER")
+        return simnpu.cann_version()
+
+    utils.get_cann_version = get_cann_version
+    return utils
+
+
+def make_torch_npu(npu: types.ModuleType, cann: str) -> types.ModuleType:
+    """The fake ``torch_npu`` package (in ``sys.modules``, with ``npu`` = ``torch.npu``)."""
+    base = torch.__version__.split("+", 1)[0]
+    fake = types.ModuleType("torch_npu", "SimNPU's stand-in for torch_npu (harness.simnpu)")
+    fake.__version__ = base + simnpu.TORCH_NPU_VERSION_SUFFIX
+    fake.__simnpu__ = True
+    fake.__path__ = []
+    fake.__spec__ = importlib.machinery.ModuleSpec("torch_npu", None, is_package=True)
+    fake.npu = npu
+    fake.simulated_cann = cann
+    for name, module in (("torch_npu", fake), ("torch_npu.npu", npu),
+                         ("torch_npu.npu.utils", npu.utils), ("torch_npu.npu.amp", npu.amp)):
+        if module is not fake:
+            module.__spec__ = importlib.machinery.ModuleSpec(name, None)
+        sys.modules[name] = module
+    return fake

@@ -1,0 +1,571 @@
+// SimNPU: a PrivateUse1 backend on host memory, renamed "npu" from Python.
+//
+// What it provides (see docs/simnpu.md):
+//  * an allocator with per-device statistics (allocated, peak) and a per-process cap that
+//    raises c10::OutOfMemoryError (torch.OutOfMemoryError in Python), as torch_npu's does;
+//  * a device guard (current device per thread, one default stream, host-clock events);
+//  * native kernels for what cannot run through a CPU fallback: factories (empty,
+//    empty_strided), copies between host and "device", views (they must alias), resize_
+//    and set_;
+//  * a boxed CPU fallback for every other op, which emits torch_npu's CPU-fallback warning
+//    for the ops on a configurable list and raises "could not run" for the ops on another;
+//  * autocast kernels for AutocastPrivateUse1 (the lists CUDA uses).
+#include <ATen/EmptyTensor.h>
+#include <ATen/autocast_mode.h>
+#include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <ATen/native/CPUFallback.h>
+#include <ATen/ops/_reshape_alias_cpu_dispatch.h>
+#include <ATen/ops/as_strided_cpu_dispatch.h>
+#include <ATen/ops/resize_cpu_dispatch.h>
+#include <ATen/ops/set_cpu_dispatch.h>
+#include <ATen/ops/unfold_cpu_dispatch.h>
+#include <ATen/ops/view_as_complex_cpu_dispatch.h>
+#include <ATen/ops/view_as_real_cpu_dispatch.h>
+#include <ATen/ops/view_cpu_dispatch.h>
+#include <c10/core/Allocator.h>
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/core/impl/alloc_cpu.h>
+#include <torch/extension.h>
+#include <torch/library.h>
+
+#include <array>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <unordered_set>
+
+namespace simnpu {
+
+constexpr int kMaxDevices = 16;
+constexpr size_t kBlock = 512;  // allocations are rounded like torch_npu's caching allocator
+
+struct Config {
+  int device_count = 1;
+  int64_t total_memory = int64_t(16) << 30;
+};
+Config g_config;
+thread_local int g_current_device = 0;
+
+// ------------------------------------------------------------------------ allocator
+struct Stats {
+  int64_t allocated = 0;
+  int64_t peak = 0;
+  int64_t cap = -1;  // bytes; -1: no cap
+  int64_t num_ooms = 0;
+  int64_t num_allocs = 0;
+};
+std::mutex g_stats_mutex;
+std::array<Stats, kMaxDevices> g_stats;
+
+struct Block {
+  void* ptr;
+  int64_t size;
+  int device;
+};
+
+void delete_block(void* ctx) {
+  auto* block = static_cast<Block*>(ctx);
+  {
+    std::lock_guard<std::mutex> lock(g_stats_mutex);
+    g_stats[block->device].allocated -= block->size;
+  }
+  c10::free_cpu(block->ptr);
+  delete block;
+}
+
+std::string format_bytes(int64_t n) {
+  char buf[64];
+  if (n >= (int64_t(1) << 30)) {
+    snprintf(buf, sizeof(buf), "%.2f GiB", double(n) / double(int64_t(1) << 30));
+  } else {
+    snprintf(buf, sizeof(buf), "%.2f MiB", double(n) / double(1 << 20));
+  }
+  return buf;
+}
+
+struct SimAllocator final : c10::Allocator {
+  c10::DataPtr allocate(size_t nbytes) override {
+    const int device = g_current_device;
+    const c10::Device dev(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device));
+    if (nbytes == 0) {
+      return c10::DataPtr(nullptr, dev);
+    }
+    const int64_t size = static_cast<int64_t>((nbytes + kBlock - 1) / kBlock * kBlock);
+    {
+      std::lock_guard<std::mutex> lock(g_stats_mutex);
+      Stats& stats = g_stats[device];
+      const int64_t limit = stats.cap >= 0 ? stats.cap : g_config.total_memory;
+      if (stats.allocated + size > limit) {
+        stats.num_ooms += 1;
+        // torch_npu's wording: "NPU out of memory. Tried to allocate ..."
+        TORCH_CHECK_WITH(OutOfMemoryError, false, "NPU out of memory. Tried to allocate ",
+                         format_bytes(size), " (NPU ", device, "; ",
+                         format_bytes(g_config.total_memory), " total capacity; ",
+                         format_bytes(stats.allocated), " already allocated; ",
+                         format_bytes(limit), " allowed by set_per_process_memory_fraction) "
+                         "[SimNPU]");
+      }
+      stats.allocated += size;
+      stats.num_allocs += 1;
+      if (stats.allocated > stats.peak) {
+        stats.peak = stats.allocated;
+      }
+    }
+    void* ptr = c10::alloc_cpu(nbytes);
+    auto* block = new Block{ptr, size, device};
+    return c10::DataPtr(ptr, block, &delete_block, dev);
+  }
+
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    std::memcpy(dest, src, count);
+  }
+};
+
+SimAllocator g_allocator;
+REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &g_allocator);
+
+// --------------------------------------------------------------------- device guard
+double now_ms() {
+  using clock = std::chrono::steady_clock;
+  return std::chrono::duration<double, std::milli>(clock::now().time_since_epoch()).count();
+}
+
+struct SimGuardImpl final : c10::impl::DeviceGuardImplInterface {
+  static constexpr c10::DeviceType static_type = c10::DeviceType::PrivateUse1;
+
+  c10::DeviceType type() const override { return c10::DeviceType::PrivateUse1; }
+
+  c10::Device exchangeDevice(c10::Device d) const override {
+    c10::Device old = getDevice();
+    if (d.index() != old.index()) {
+      setDevice(d);
+    }
+    return old;
+  }
+
+  c10::Device getDevice() const override {
+    return c10::Device(c10::DeviceType::PrivateUse1,
+                       static_cast<c10::DeviceIndex>(g_current_device));
+  }
+
+  void setDevice(c10::Device d) const override {
+    TORCH_CHECK(d.is_privateuseone(), "SimNPU: expected an npu device, got ", d);
+    TORCH_CHECK(d.index() >= 0 && d.index() < g_config.device_count, "Invalid device npu:",
+                int(d.index()), ": SimNPU has ", g_config.device_count,
+                " device(s) (HARNESS_SIMNPU_DEVICES)");
+    g_current_device = d.index();
+  }
+
+  void uncheckedSetDevice(c10::Device d) const noexcept override {
+    if (d.index() >= 0 && d.index() < g_config.device_count) {
+      g_current_device = d.index();
+    }
+  }
+
+  c10::Stream getStream(c10::Device d) const override {
+    return c10::Stream(c10::Stream::DEFAULT, d);
+  }
+
+  c10::Stream exchangeStream(c10::Stream s) const override {
+    return c10::Stream(c10::Stream::DEFAULT, s.device());
+  }
+
+  c10::DeviceIndex deviceCount() const noexcept override {
+    return static_cast<c10::DeviceIndex>(g_config.device_count);
+  }
+
+  // Events: work is synchronous on the host, so an event is the host clock at record().
+  void record(void** event, const c10::Stream&, const c10::DeviceIndex,
+              const c10::EventFlag) const override {
+    if (*event == nullptr) {
+      *event = new double(0.0);
+    }
+    *static_cast<double*>(*event) = now_ms();
+  }
+
+  void destroyEvent(void* event, const c10::DeviceIndex) const noexcept override {
+    delete static_cast<double*>(event);
+  }
+
+  void block(void*, const c10::Stream&) const override {}
+  bool queryEvent(void*) const override { return true; }
+  bool queryStream(const c10::Stream&) const override { return true; }
+  void synchronizeStream(const c10::Stream&) const override {}
+  void synchronizeEvent(void*) const override {}
+  void synchronizeDevice(const c10::DeviceIndex) const override {}
+
+  double elapsedTime(void* begin, void* end, const c10::DeviceIndex) const override {
+    TORCH_CHECK(begin && end, "SimNPU: both events must be recorded before elapsed_time()");
+    return *static_cast<double*>(end) - *static_cast<double*>(begin);
+  }
+};
+
+C10_REGISTER_GUARD_IMPL(PrivateUse1, SimGuardImpl);
+
+// -------------------------------------------------------------------------- hooks
+struct SimHooks final : at::PrivateUse1HooksInterface {
+  bool isBuilt() const override { return true; }
+  bool isAvailable() const override { return true; }
+  bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
+  c10::DeviceIndex deviceCount() const override {
+    return static_cast<c10::DeviceIndex>(g_config.device_count);
+  }
+  c10::DeviceIndex getCurrentDevice() const override {
+    return static_cast<c10::DeviceIndex>(g_current_device);
+  }
+  void setCurrentDevice(c10::DeviceIndex d) const override { g_current_device = d; }
+  // Random ops run on the host through the fallback, with the CPU generator.
+  const at::Generator& getDefaultGenerator(c10::DeviceIndex) const override {
+    return at::detail::getDefaultCPUGenerator();
+  }
+  at::Device getDeviceFromPtr(void*) const override {
+    return c10::Device(c10::DeviceType::PrivateUse1,
+                       static_cast<c10::DeviceIndex>(g_current_device));
+  }
+  bool isPinnedPtr(const void*) const override { return false; }
+  c10::Allocator* getPinnedMemoryAllocator() const override { return c10::GetCPUAllocator(); }
+  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
+    c10::DeviceGuard guard(storage.device());
+    c10::DataPtr fresh = g_allocator.allocate(newsize);
+    const size_t keep = std::min(newsize, storage.nbytes());
+    if (keep > 0 && storage.data() != nullptr) {
+      std::memcpy(fresh.get(), storage.data(), keep);
+    }
+    storage.unsafeGetStorageImpl()->set_data_ptr_noswap(std::move(fresh));
+    storage.unsafeGetStorageImpl()->set_nbytes(newsize);
+  }
+};
+
+SimHooks* g_hooks = nullptr;
+
+// ------------------------------------------------------------------ native kernels
+c10::DispatchKeySet key_set() { return c10::DispatchKeySet(c10::DispatchKey::PrivateUse1); }
+
+at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
+                               std::optional<c10::Layout> layout,
+                               std::optional<c10::Device> device, std::optional<bool> pin_memory,
+                               std::optional<c10::MemoryFormat> memory_format) {
+  const c10::Device dev = c10::device_or_default(device);
+  TORCH_CHECK(dev.is_privateuseone(), "SimNPU empty: expected an npu device, got ", dev);
+  TORCH_CHECK(c10::layout_or_default(layout) == c10::Layout::Strided,
+              "SimNPU supports strided tensors only");
+  c10::OptionalDeviceGuard guard;
+  if (dev.has_index()) {
+    guard.reset_device(dev);
+  }
+  return at::detail::empty_generic(size, &g_allocator, key_set(), c10::dtype_or_default(dtype),
+                                   memory_format);
+}
+
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
+                         std::optional<c10::ScalarType> dtype, std::optional<c10::Layout> layout,
+                         std::optional<c10::Device> device, std::optional<bool> pin_memory) {
+  const c10::Device dev = c10::device_or_default(device);
+  TORCH_CHECK(dev.is_privateuseone(), "SimNPU empty_strided: expected an npu device, got ",
+              dev);
+  c10::OptionalDeviceGuard guard;
+  if (dev.has_index()) {
+    guard.reset_device(dev);
+  }
+  return at::detail::empty_strided_generic(size, stride, &g_allocator, key_set(),
+                                           c10::dtype_or_default(dtype));
+}
+
+// A CPU tensor aliasing the host memory of a (simulated) device tensor.
+at::Tensor host_alias(const at::Tensor& t) {
+  if (!t.is_privateuseone()) {
+    return t;
+  }
+  if (t.numel() == 0 || t.storage().data() == nullptr) {
+    return at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kCPU));
+  }
+  return at::from_blob(t.data_ptr(), t.sizes(), t.strides(), t.options().device(c10::kCPU));
+}
+
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  TORCH_CHECK(self.is_cpu() || self.is_privateuseone(), "SimNPU copy from ", self.device());
+  TORCH_CHECK(dst.is_cpu() || dst.is_privateuseone(), "SimNPU copy to ", dst.device());
+  if (dst.numel() == 0) {
+    return dst;
+  }
+  host_alias(dst).copy_(host_alias(self), non_blocking);
+  return dst;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  if (!dst.sizes().equals(self.sizes())) {
+    dst.resize_(self.sizes());
+  }
+  return copy_from(self, dst, false);
+}
+
+const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
+                          std::optional<c10::MemoryFormat> memory_format) {
+  c10::DeviceGuard guard(self.device());
+  return at::cpu::resize_(self, size, memory_format);
+}
+
+at::Tensor as_strided(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride,
+                      std::optional<int64_t> storage_offset) {
+  return at::cpu::as_strided(self, size, stride, storage_offset);
+}
+
+at::Tensor view(const at::Tensor& self, c10::IntArrayRef size) {
+  return at::cpu::view(self, size);
+}
+
+at::Tensor reshape_alias(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride) {
+  return at::cpu::_reshape_alias(self, size, stride);
+}
+
+at::Tensor unfold(const at::Tensor& self, int64_t dimension, int64_t size, int64_t step) {
+  return at::cpu::unfold(self, dimension, size, step);
+}
+
+at::Tensor view_as_real(const at::Tensor& self) { return at::cpu::view_as_real(self); }
+at::Tensor view_as_complex(const at::Tensor& self) { return at::cpu::view_as_complex(self); }
+
+at::Tensor& set_source_storage_offset(at::Tensor& self, at::Storage source, int64_t offset,
+                                      c10::IntArrayRef size, c10::IntArrayRef stride) {
+  return at::cpu::set_(self, source, offset, size, stride);
+}
+
+at::Tensor& set_source_storage(at::Tensor& self, at::Storage source) {
+  return at::cpu::set_(self, source);
+}
+
+at::Tensor& set_empty(at::Tensor& self) {
+  // at::cpu::set_(self) would allocate its empty storage on the CPU.
+  c10::Storage storage(c10::Storage::use_byte_size_t(), 0, &g_allocator, true);
+  return at::cpu::set_(self, storage, 0, {0}, {});
+}
+
+// Convolution picks a kernel by backend and routes unknown backends to the
+// *_overrideable ops, which have no CPU-fallback-able default: run them on host aliases.
+at::Tensor to_host(const at::Tensor& t) { return t.defined() ? host_alias(t) : t; }
+at::Tensor to_device(const at::Tensor& t, const c10::Device& device) {
+  return t.defined() ? t.to(device) : t;
+}
+
+at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& weight,
+                                    const std::optional<at::Tensor>& bias,
+                                    c10::IntArrayRef stride, c10::IntArrayRef padding,
+                                    c10::IntArrayRef dilation, bool transposed,
+                                    c10::IntArrayRef output_padding, int64_t groups) {
+  std::optional<at::Tensor> host_bias;
+  if (bias.has_value() && bias->defined()) {
+    host_bias = to_host(*bias);
+  }
+  at::Tensor out = at::convolution(to_host(input), to_host(weight), host_bias, stride, padding,
+                                   dilation, transposed, output_padding, groups);
+  return to_device(out, input.device());
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
+    c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation,
+    bool transposed, c10::IntArrayRef output_padding, int64_t groups,
+    std::array<bool, 3> output_mask) {
+  std::vector<int64_t> bias_sizes = {weight.size(transposed ? 1 : 0) * (transposed ? groups : 1)};
+  auto grads = at::convolution_backward(to_host(grad_output), to_host(input), to_host(weight),
+                                        c10::IntArrayRef(bias_sizes), stride, padding, dilation,
+                                        transposed, output_padding, groups, output_mask);
+  const c10::Device device = input.device();
+  return {to_device(std::get<0>(grads), device), to_device(std::get<1>(grads), device),
+          to_device(std::get<2>(grads), device)};
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("convolution_overrideable", convolution_overrideable);
+  m.impl("convolution_backward_overrideable", convolution_backward_overrideable);
+  m.impl("empty.memory_format", empty_memory_format);
+  m.impl("empty_strided", empty_strided);
+  m.impl("_copy_from", copy_from);
+  m.impl("_copy_from_and_resize", copy_from_and_resize);
+  m.impl("resize_", resize_);
+  m.impl("as_strided", as_strided);
+  m.impl("view", view);
+  m.impl("_reshape_alias", reshape_alias);
+  m.impl("unfold", unfold);
+  m.impl("view_as_real", view_as_real);
+  m.impl("view_as_complex", view_as_complex);
+  m.impl("set_.source_Storage_storage_offset", set_source_storage_offset);
+  m.impl("set_.source_Storage", set_source_storage);
+  m.impl("set_", set_empty);
+}
+
+// ------------------------------------------------------------------ the CPU fallback
+std::mutex g_ops_mutex;
+std::unordered_set<std::string> g_fallback_ops;     // warn like torch_npu, then run on CPU
+std::unordered_set<std::string> g_unsupported_ops;  // raise "could not run"
+std::unordered_set<std::string> g_warned;
+
+// Legacy ops that mutate arguments their schema does not mark as written (so
+// at::native::cpu_fallback would not copy them back): those arguments are handed to the
+// CPU kernel as host aliases, which it updates in place. {op name, argument indices}.
+const std::vector<std::pair<std::string, std::vector<size_t>>> kUnmarkedMutations = {
+    {"aten::native_batch_norm", {3, 4}},
+    {"aten::batch_norm_update_stats", {1, 2}},
+    {"aten::batch_norm_gather_stats_with_counts", {3, 4}},
+};
+
+void alias_unmarked_mutations(const std::string& full, const c10::OperatorHandle& op,
+                              torch::jit::Stack* stack) {
+  for (const auto& entry : kUnmarkedMutations) {
+    if (entry.first != full) {
+      continue;
+    }
+    const size_t num_args = op.schema().arguments().size();
+    const size_t begin = stack->size() - num_args;
+    for (size_t index : entry.second) {
+      c10::IValue& value = (*stack)[begin + index];
+      if (value.isTensor() && value.toTensor().defined() &&
+          value.toTensor().is_privateuseone()) {
+        value = c10::IValue(host_alias(value.toTensor()));
+      }
+    }
+  }
+}
+
+void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& name = op.schema().operator_name();
+  const std::string base = name.name;
+  const std::string full = name.overload_name.empty() ? base : base + "." + name.overload_name;
+  bool warn = false;
+  bool refuse = false;
+  {
+    std::lock_guard<std::mutex> lock(g_ops_mutex);
+    if (!g_unsupported_ops.empty()) {
+      refuse = g_unsupported_ops.count(full) > 0 || g_unsupported_ops.count(base) > 0;
+    }
+    if (!refuse && !g_fallback_ops.empty() &&
+        (g_fallback_ops.count(full) > 0 || g_fallback_ops.count(base) > 0)) {
+      warn = g_warned.insert(full).second;  // once per op and process, as torch_npu does
+    }
+  }
+  TORCH_CHECK_NOT_IMPLEMENTED(!refuse, "Could not run '", full,
+                              "' with arguments from the 'npu' backend. SimNPU lists it in "
+                              "HARNESS_SIMNPU_UNSUPPORTED_OPS (a simulated missing kernel).");
+  if (warn) {
+    TORCH_WARN("CAUTION: The operator '", full,
+               "' is not currently supported on the NPU backend and will fall back to run on "
+               "the CPU. This may have performance implications.");
+  }
+  alias_unmarked_mutations(full, op, stack);
+  at::native::cpu_fallback(op, stack);
+}
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
+}
+
+// Ops with a CPU kernel *and* a composite one: on a backend without its own kernel the
+// dispatcher prefers the composite (e.g. native_layer_norm's math version, computed in
+// fp16 step by step), which is not what the CPU computes. Registering the CPU fallback
+// for them directly makes the simulated device run the CPU's kernel, as it does for
+// every other op. The list is computed in Python (harness.simnpu._cpu_routed_ops).
+void route_to_cpu(const std::vector<std::string>& names) {
+  static auto* library = new torch::Library(torch::Library::IMPL, "aten",
+                                            c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  for (const auto& name : names) {
+    library->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
+  }
+}
+
+}  // namespace simnpu
+
+// ------------------------------------------------------------------------- autocast
+// The macros name types and policies unqualified: they expect namespace at::autocast.
+namespace at::autocast {
+namespace {
+TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFallthrough());
+}
+
+TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
+#define SIMNPU_KERNEL_LOW(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, lower_precision_fp)
+  AT_FORALL_LOWER_PRECISION_FP(SIMNPU_KERNEL_LOW)
+#define SIMNPU_KERNEL_FP32(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, fp32)
+  AT_FORALL_FP32(SIMNPU_KERNEL_FP32)
+#define SIMNPU_KERNEL_FP32_SET_OPT_DTYPE(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, fp32_set_opt_dtype)
+  AT_FORALL_FP32_SET_OPT_DTYPE(SIMNPU_KERNEL_FP32_SET_OPT_DTYPE)
+  AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE(KERNEL_DIFFERENT_REDISPATCH_SIGNATURE_PRIVATEUSEONE)
+#define SIMNPU_KERNEL_PROMOTE(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, promote)
+  AT_FORALL_PROMOTE(SIMNPU_KERNEL_PROMOTE)
+}
+}  // namespace
+}  // namespace at::autocast
+
+namespace simnpu {
+
+// ------------------------------------------------------------------- Python surface
+void init(int device_count, int64_t total_memory) {
+  TORCH_CHECK(device_count >= 1 && device_count <= kMaxDevices,
+              "SimNPU: device count must be 1..", kMaxDevices, ", got ", device_count);
+  TORCH_CHECK(total_memory > 0, "SimNPU: total memory must be positive");
+  g_config.device_count = device_count;
+  g_config.total_memory = total_memory;
+  if (g_hooks == nullptr) {
+    g_hooks = new SimHooks();
+    at::RegisterPrivateUse1HooksInterface(g_hooks);
+  }
+}
+
+void check_device(int device) {
+  TORCH_CHECK(device >= 0 && device < g_config.device_count, "Invalid device npu:", device,
+              ": SimNPU has ", g_config.device_count, " device(s)");
+}
+
+py::dict stats(int device) {
+  check_device(device);
+  std::lock_guard<std::mutex> lock(g_stats_mutex);
+  const Stats& s = g_stats[device];
+  py::dict out;
+  out["allocated_bytes.all.current"] = s.allocated;
+  out["allocated_bytes.all.peak"] = s.peak;
+  out["num_alloc_retries"] = 0;
+  out["num_ooms"] = s.num_ooms;
+  out["num_allocs"] = s.num_allocs;
+  out["cap"] = s.cap;
+  return out;
+}
+
+void reset_peak(int device) {
+  check_device(device);
+  std::lock_guard<std::mutex> lock(g_stats_mutex);
+  g_stats[device].peak = g_stats[device].allocated;
+}
+
+void set_cap(int device, int64_t cap) {
+  check_device(device);
+  std::lock_guard<std::mutex> lock(g_stats_mutex);
+  g_stats[device].cap = cap;
+}
+
+void set_ops(const std::vector<std::string>& fallback, const std::vector<std::string>& unsupported) {
+  std::lock_guard<std::mutex> lock(g_ops_mutex);
+  g_fallback_ops = std::unordered_set<std::string>(fallback.begin(), fallback.end());
+  g_unsupported_ops = std::unordered_set<std::string>(unsupported.begin(), unsupported.end());
+  g_warned.clear();
+}
+
+}  // namespace simnpu
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("init", &simnpu::init, "Configure device count and memory, register the hooks");
+  m.def("device_count", []() { return simnpu::g_config.device_count; });
+  m.def("total_memory", []() { return simnpu::g_config.total_memory; });
+  m.def("current_device", []() { return simnpu::g_current_device; });
+  m.def("set_device", [](int device) {
+    simnpu::check_device(device);
+    simnpu::g_current_device = device;
+  });
+  m.def("stats", &simnpu::stats, "Allocator statistics of one device");
+  m.def("reset_peak", &simnpu::reset_peak);
+  m.def("set_cap", &simnpu::set_cap, "Cap a device's allocations (bytes; -1 lifts the cap)");
+  m.def("route_to_cpu", &simnpu::route_to_cpu, "Run these ops' CPU kernels, not composites");
+  m.def("set_ops", &simnpu::set_ops, "Ops that warn like torch_npu's fallback / are refused");
+}

@@ -1,0 +1,256 @@
+"""The simulated NPU (harness.simnpu): the suite's npu path with real tensors on it.
+
+Registering a PrivateUse1 backend is process-global (``torch.npu``, the ``npu`` device
+string, the fake ``torch_npu`` in ``sys.modules``), so everything that loads the simulator
+runs in a child process: one script (:data:`_PROBE`) exercises the npu path and prints its
+observations as JSON, and the tests below assert on them; the doctor, a suite run and the
+simulated CANN upgrade are child processes too. The main pytest process only tests the
+activation rules, which load nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from harness import device as device_mod
+from harness import simnpu
+
+ROOT = Path(__file__).resolve().parents[1]
+
+needs_compiler = pytest.mark.skipif(simnpu.compiler_missing() is not None,
+                                    reason=f"SimNPU cannot be built: {simnpu.compiler_missing()}")
+
+
+def _env(**extra: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HARNESS_SIMNPU")}
+    if os.environ.get("HARNESS_SIMNPU_CACHE"):
+        env["HARNESS_SIMNPU_CACHE"] = os.environ["HARNESS_SIMNPU_CACHE"]
+    env.update({"HARNESS_SIMNPU": "1", "PYTHONPATH": str(ROOT),
+                "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}, **extra)
+    return env
+
+
+def _run(args: list[str], timeout: float = 600, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env=_env(**env), text=True,
+                          capture_output=True, timeout=timeout)
+
+
+# ----------------------------------------------------------- activation (no loading)
+
+def test_simulator_is_only_used_when_asked_for(monkeypatch):
+    monkeypatch.delenv("HARNESS_SIMNPU", raising=False)
+    assert not simnpu.requested()
+    assert device_mod._probe_simnpu() is None
+    assert simnpu.requested({"HARNESS_SIMNPU": "1"})
+    assert not simnpu.requested({"HARNESS_SIMNPU": "0"})
+
+
+def test_a_real_torch_npu_is_never_replaced(monkeypatch):
+    monkeypatch.setenv("HARNESS_SIMNPU", "1")
+    monkeypatch.setattr(simnpu.importlib.metadata, "version", lambda name: "2.4.0.post2")
+    assert simnpu.real_torch_npu_installed()
+    assert device_mod._probe_simnpu() is None  # the real probe runs instead
+
+
+def test_missing_compiler_is_a_reason_not_a_crash(monkeypatch):
+    monkeypatch.setenv("HARNESS_SIMNPU", "1")
+    monkeypatch.setattr(simnpu, "real_torch_npu_installed", lambda: False)
+    monkeypatch.setattr(simnpu, "compiler_missing", lambda: "no C++ compiler (c++ / g++)")
+    result = device_mod._probe_simnpu()
+    assert result is not None and not result.available
+    assert "cannot be built: no C++ compiler" in result.reason
+
+
+def test_simulated_cann_version_and_memory_size_come_from_the_environment():
+    assert simnpu.cann_version({}) == simnpu.DEFAULT_CANN
+    assert simnpu.cann_version({"HARNESS_SIMNPU_CANN": "8.0.RC3"}) == "8.0.RC3"
+    assert simnpu._parse_bytes("512MiB") == 512 << 20
+    assert simnpu._parse_bytes("16GiB") == 16 << 30
+    assert simnpu._parse_bytes("1000") == 1000
+    with pytest.raises(ValueError, match="HARNESS_SIMNPU_MEMORY"):
+        simnpu._parse_bytes("lots")
+
+
+# --------------------------------------------------------- real tensors (child process)
+
+_PROBE = textwrap.dedent(r"""
+    import json, warnings
+    import torch
+    from harness import device as device_mod, fallback, stack
+    from harness.memory import MemoryMeter
+
+    out = {}
+    probe = device_mod.probe("npu")
+    out["probe"] = [probe.available, probe.reason, probe.count]
+    dev = device_mod.select("npu")[0]
+    out["module_is_torch_npu"] = dev.module is torch.npu
+    out["name"] = dev.name
+    x = torch.randn(8, 16, device="npu:0")
+    out["device_str"] = str(x.device)
+    out["is_npu"] = bool(x.is_npu)
+    before = x.cpu()
+    x[:, ::2].add_(1.0)  # an in-place op on a strided view must write through to x
+    after = x.cpu()
+    out["view_aliases"] = bool(torch.equal(after[:, ::2], before[:, ::2] + 1.0)
+                               and torch.equal(after[:, 1::2], before[:, 1::2]))
+    w = torch.randn(16, 4, device=dev.torch_device, requires_grad=True)
+    (x @ w).square().sum().backward()
+    out["grad_device"] = str(w.grad.device)
+    with dev.autocast(torch.float16):
+        mm = x @ w
+        out["autocast"] = [str(mm.dtype), str(torch.exp(mm).dtype)]
+    # GradScaler: an inf gradient is skipped and the scale backs off
+    p = torch.nn.Parameter(torch.ones(4, device="npu"))
+    opt = torch.optim.SGD([p], lr=0.1)
+    scaler = dev.grad_scaler(init_scale=2.0 ** 8)
+    scaler.scale((p * float("inf")).sum()).backward()
+    scaler.step(opt)
+    scaler.update()
+    out["scaler"] = [scaler.get_scale(), p.detach().cpu().tolist()]
+    # memory statistics and the cap
+    dev.reset_peak()
+    base = dev.allocated()
+    y = torch.empty(1 << 20, device="npu")
+    out["allocated_grew"] = dev.allocated() - base
+    del y
+    out["peak_grew"] = dev.peak_allocated() - base
+    out["total"] = dev.total_memory()
+    dev.cap(base + (1 << 20))
+    try:
+        torch.empty(1 << 22, device="npu")
+        out["oom"] = None
+    except dev.oom_error as exc:
+        out["oom"] = [type(exc).__name__, str(exc).splitlines()[0]]
+    dev.cap(None)
+    out["after_cap_lifted"] = torch.empty(1 << 22, device="npu").numel()
+    out["meter_backend"] = MemoryMeter(dev).backend
+    # fallback warnings (HARNESS_SIMNPU_FALLBACK_OPS=aten::sort)
+    with fallback.capture(stderr=True) as first:
+        torch.sort(x, dim=1)
+    with fallback.capture(stderr=True) as second:  # warned once: found by the tracer
+        torch.sort(x, dim=0)
+    with fallback.capture(stderr=True) as clean:
+        torch.exp(x)
+    out["fallback"] = [first.ops, second.ops, clean.ops]
+    try:
+        torch.cumsum(x, 0)
+        out["unsupported"] = None
+    except NotImplementedError as exc:
+        out["unsupported"] = str(exc).splitlines()[0]
+    timer = dev.event_timer()
+    timer.start(); torch.exp(x); timer.stop()
+    out["timer_ms"] = timer.elapsed_ms()
+    fp = stack.fingerprint(dev)
+    out["fingerprint"] = {k: fp.get(k) for k in ("device_type", "device_name", "torch_npu",
+                                                  "cann", "driver", "stack_id", "device_slug")}
+    out["cann_source"] = fp["cann_components"].get("source")
+    out["dist_unavailable"] = dev.dist_unavailable
+    print("SIMNPU-JSON " + json.dumps(out))
+""")
+
+
+@pytest.fixture(scope="module")
+def observed():
+    if simnpu.compiler_missing():
+        pytest.skip(f"SimNPU cannot be built: {simnpu.compiler_missing()}")
+    proc = _run(["-c", _PROBE], HARNESS_SIMNPU_CANN="8.0.RC3",
+                HARNESS_SIMNPU_FALLBACK_OPS="aten::sort",
+                HARNESS_SIMNPU_UNSUPPORTED_OPS="aten::cumsum")
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("SIMNPU-JSON ")]
+    assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(lines[-1].split(" ", 1)[1])
+
+
+@needs_compiler
+def test_probe_reports_the_simulated_npu(observed):
+    available, reason, count = observed["probe"]
+    assert available and count == 1
+    assert "SimNPU" in reason and "simulated, CANN 8.0.RC3" in reason
+    assert observed["module_is_torch_npu"] and observed["name"] == "SimNPU"
+
+
+@needs_compiler
+def test_npu_device_strings_views_and_autograd(observed):
+    assert observed["device_str"] == "npu:0" and observed["is_npu"]
+    assert observed["view_aliases"]
+    assert observed["grad_device"] == "npu:0"
+
+
+@needs_compiler
+def test_autocast_on_npu_casts_matmul_down_and_exp_up(observed):
+    assert observed["autocast"] == ["torch.float16", "torch.float32"]
+
+
+@needs_compiler
+def test_grad_scaler_on_npu_skips_the_inf_step_and_backs_off(observed):
+    scale, params = observed["scaler"]
+    assert scale == 128.0 and params == [1.0] * 4
+
+
+@needs_compiler
+def test_memory_statistics_and_the_cap_raise_the_oom_the_harness_expects(observed):
+    assert observed["allocated_grew"] == 4 << 20 and observed["peak_grew"] == 4 << 20
+    assert observed["total"] == 16 << 30
+    name, message = observed["oom"]
+    assert name == "OutOfMemoryError" and message.startswith("NPU out of memory")
+    assert observed["after_cap_lifted"] == 1 << 22
+    assert observed["meter_backend"] == "allocator"
+
+
+@needs_compiler
+def test_listed_ops_warn_like_torch_npu_and_are_captured(observed):
+    first, second, clean = observed["fallback"]
+    assert first and all(op.startswith("aten::sort") for op in first)
+    assert second, "the second sort (no warning: once per op) is found by the tracer"
+    assert clean == []
+    assert observed["unsupported"].startswith("Could not run 'aten::cumsum")
+
+
+@needs_compiler
+def test_fingerprint_has_the_torch_npu_and_cann_fields(observed):
+    fp = observed["fingerprint"]
+    assert fp["device_type"] == "npu" and fp["device_name"] == "SimNPU"
+    assert fp["torch_npu"].endswith(simnpu.TORCH_NPU_VERSION_SUFFIX)
+    assert fp["cann"] == "8.0.RC3" and fp["stack_id"] == "cann-8.0.RC3"
+    assert fp["device_slug"] == "simnpu" and fp["driver"]
+    assert observed["cann_source"] == "torch_npu.npu.utils.get_cann_version"
+    assert observed["timer_ms"] >= 0.0
+    assert "no collective backend" in observed["dist_unavailable"]
+
+
+@needs_compiler
+def test_doctor_lists_the_simulated_npu_and_its_stack():
+    proc = _run(["-m", "harness", "doctor", "--device", "npu"], HARNESS_SIMNPU_CANN="8.0.RC3")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "[  ok] device npu: 1 SimNPU device(s) (simulated, CANN 8.0.RC3" in proc.stdout
+    assert "[  ok]   npu:0: SimNPU, 16.0 GiB" in proc.stdout
+    assert "[  ok] CANN: 8.0.RC3 (runtime 8.0.RC3" in proc.stdout
+    assert "stack: cann-8.0.RC3 -> baselines/npu/simnpu/cann-8.0.RC3.json" in proc.stdout
+
+
+@needs_compiler
+def test_simulated_cann_upgrade_compares_with_the_older_stack(tmp_path):
+    """Record on simulated CANN 8.0.RC3, run on 8.0.0: the newest older stack is chosen;
+    an op that starts falling back on the new stack is a regression."""
+    store = tmp_path / "baselines"
+    common = ["-m", "pytest", "-m", "npu", "--device", "npu", "-p", "no:cacheprovider",
+              "-p", "no:randomly", f"--baseline-dir={store}",
+              f"--results-dir={tmp_path / 'results'}", "suites/ops/test_catalog.py",
+              "--op-filter", r"^sort-float32-fwd-typical$"]
+    old = _run([*common, "--baseline", "record"], HARNESS_SIMNPU_CANN="8.0.RC3")
+    assert old.returncode == 0, old.stdout[-3000:]
+    assert (store / "npu" / "simnpu" / "cann-8.0.RC3.json").is_file()
+    same = _run(common, HARNESS_SIMNPU_CANN="8.0.0")
+    assert same.returncode == 0, same.stdout[-3000:]
+    assert "cann-8.0.RC3" in next(line for line in same.stdout.splitlines()
+                                  if line.startswith("harness: baseline"))
+    worse = _run(common, HARNESS_SIMNPU_CANN="8.0.0", HARNESS_SIMNPU_FALLBACK_OPS="aten::sort")
+    assert worse.returncode != 0, worse.stdout[-3000:]
+    assert "fallback" in worse.stdout
