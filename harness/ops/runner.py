@@ -21,6 +21,7 @@ import torch
 
 from harness.compare import Verdict, compare_outputs
 from harness.ops.spec import DTYPES, UPCAST, OpEntry, Sample, T, case_seed, materialize
+from harness.report.aten import capture_aten_ops
 
 DIRECTIONS = ("fwd", "bwd")
 
@@ -49,6 +50,7 @@ class Outcome:
     status: str = "pass"                  # pass | fail | error | unsupported
     verdicts: dict[str, Verdict] = dataclasses.field(default_factory=dict)
     error: str = ""
+    aten_ops: dict = dataclasses.field(default_factory=dict)  # {"fwd": [...], "bwd": [...]}
 
     @property
     def case_id(self) -> str:
@@ -196,10 +198,12 @@ def run_case(device, entry: OpEntry, dtype: str, sample: Sample, seed: int = 0,
     # ---- the DUT (faults act here)
     try:
         with device.scope():
-            dut_outs, dut_grads, grad_outputs = _execute(
-                entry, values, sample, device.torch_device, torch_dtype if is_float else None,
-                backward, None, gen)
+            (dut_outs, dut_grads, grad_outputs), aten_ops = capture_aten_ops(
+                lambda: _execute(entry, values, sample, device.torch_device,
+                                 torch_dtype if is_float else None, backward, None, gen))
             device.synchronize()
+        for outcome in outcomes.values():
+            outcome.aten_ops = aten_ops
     except Exception as exc:  # noqa: BLE001 - a failing DUT op is a record, not a crash
         status = _status_of(exc)
         for outcome in outcomes.values():

@@ -65,7 +65,8 @@ def _run(entry, dtypes, slow, device, results, settings) -> None:
                            f"\nreproduce: {results.reproduce} "
                            f"--op-filter '{filter_regex(outcome.case_id)}'")
             results.record(outcome.record_id, status=outcome.status,
-                           metrics=outcome.metrics(), rules=outcome.rules(), message=message)
+                           metrics=outcome.metrics(), rules=outcome.rules(), message=message,
+                           info={"aten_ops": outcome.aten_ops} if outcome.aten_ops else {})
     if not ran:
         pytest.skip(f"no {entry.name} case matches --op-filter {settings.op_filter!r}")
 
