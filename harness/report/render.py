@@ -1,0 +1,317 @@
+"""The report as HTML (one self-contained file), Markdown, and the terminal's few lines.
+
+All three read the same :class:`~harness.report.model.Report` and show the same sections
+in the same order: verdict, counts per suite, probable common cause, the ranked groups,
+top movers within their rules, stack diff, pictures, new / missing records. The HTML
+embeds its plots as inline SVG and its CSS in a ``<style>`` element: it loads nothing.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Optional
+
+from harness.report.model import RANKS, Report, Subject, fmt, fmt_ratio
+
+COUNT_COLUMNS = ("records", "pass", "fail", "error", "unsupported", "fallback", "skip",
+                 "regression", "review", "improvement", "new", "missing")
+MOVERS_PER_SUITE = 5
+
+
+# ---------------------------------------------------------------------------- shared
+
+def _compared_line(report: Report) -> str:
+    fp = report.run.fingerprint
+    if report.baseline is None:
+        return (f"{fp.get('stack_id')} on {fp.get('device_type')}/{fp.get('device_slug')}: "
+                f"NOT COMPARED ({report.not_compared})")
+    old = report.baseline.fingerprint
+    return (f"{old.get('stack_id')} -> {fp.get('stack_id')} on {fp.get('device_type')}/"
+            f"{fp.get('device_slug')} (baseline {report.baseline_name or old.get('stack_id')})")
+
+
+def _summary(report: Report) -> str:
+    groups = len(report.subjects)
+    lines = report.finding_lines
+    if report.baseline is None:
+        return f"{groups} subject(s) fail their checks."
+    movers = sum(len(v) for v in report.movers.values())
+    return (f"{lines} finding line(s) in {groups} group(s); {movers} subject(s) moved within "
+            "their rules.")
+
+
+def _worst(subject: Subject) -> str:
+    return subject.worst.describe() if subject.worst else subject.status
+
+
+def _rule(subject: Subject) -> str:
+    change = subject.worst
+    if change is None or change.rule is None:
+        return ""
+    return change.rule.describe()
+
+
+def _state(subject: Subject) -> str:
+    old = f"{subject.old_status} -> " if subject.old_status and \
+        subject.old_status != subject.status else ""
+    return f"{old}{subject.status}" + ("" if subject.passes else " (check fails)")
+
+
+def _what(subject: Subject) -> str:
+    extra = f" ({subject.lines} finding lines)" if subject.lines > 1 else ""
+    return f"{subject.rank_label}{extra}"
+
+
+# ---------------------------------------------------------------------------- terminal
+
+def terminal_lines(report: Report, limit: int = 10) -> list[str]:
+    """The verdict line, counts per suite, the top ``limit`` groups, the report's path.
+
+    Each subject appears once, whatever the number of its finding lines.
+    """
+    lines = [report.verdict.line, _compared_line(report)]
+    counts = []
+    for suite, row in report.counts.items():
+        bad = ", ".join(f"{row[k]} {k}" for k in ("fail", "error", "regression", "review",
+                                                  "missing") if row.get(k))
+        counts.append(f"{suite} {row.get('records', 0)}" + (f" ({bad})" if bad else ""))
+    lines.append("suites: " + "; ".join(counts))
+    for cause in report.causes[:1]:
+        lines.append(f"probable common cause: {cause.line}")
+    if report.subjects:
+        lines.append(f"{len(report.subjects)} group(s) to look at "
+                     f"({report.finding_lines} finding lines), worst first:")
+    for subject in report.subjects[:limit]:
+        lines.append(f"  [{subject.rank_label}] {subject.id}: {_worst(subject)}"
+                     + (f" [{_rule(subject)}]" if _rule(subject) else "")
+                     + ("" if subject.passes else " FAILS"))
+        if subject.reproduce:
+            lines.append(f"      {subject.reproduce}")
+    if len(report.subjects) > limit:
+        lines.append(f"  ... {len(report.subjects) - limit} more in the report")
+    if report.path:
+        lines.append(f"report: {report.path}")
+    return lines
+
+
+# ---------------------------------------------------------------------------- markdown
+
+def _md_cell(text: object) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(report: Report, plots_note: str = "") -> str:
+    """The report as Markdown: the same sections as the HTML, plots named but not drawn."""
+    v = report.verdict
+    out = [f"# {v.line}", "", f"**{_compared_line(report)}**", "", _summary(report), ""]
+    out += ["## Counts per suite", "", "| suite | " + " | ".join(COUNT_COLUMNS) + " |",
+            "|---|" + "---:|" * len(COUNT_COLUMNS)]
+    for suite, row in report.counts.items():
+        out.append(f"| {suite} | " + " | ".join(str(row.get(k, 0) or "") for k in COUNT_COLUMNS)
+                   + " |")
+    out += ["", "## Probable common cause", ""]
+    if report.causes:
+        out += [f"- {_md_cell(c.line)}" for c in report.causes]
+    else:
+        out.append(report.cause_note or "nothing to explain: no subject moved beyond its rule")
+    out += ["", f"## Groups, ranked ({len(report.subjects)})", ""]
+    if report.subjects:
+        out += ["| # | subject | what | worst metric (old -> new, ratio) | rule | standard | "
+                "status | reproduce |", "|---:|---|---|---|---|---|---|---|"]
+        for index, s in enumerate(report.subjects, 1):
+            standard = s.standard
+            out.append(f"| {index} | `{s.id}` | {_what(s)} | {_md_cell(_worst(s))} | "
+                       f"{_md_cell(_rule(s))} | {_md_cell(standard)} | {_state(s)} | "
+                       f"`{_md_cell(s.reproduce)}` |")
+    else:
+        out.append("none")
+    out += ["", "## Top movers within their rules", ""]
+    if not report.movers:
+        out.append("none" if report.baseline is not None else "not compared")
+    for suite, subjects in report.movers.items():
+        out += [f"### {suite} ({len(subjects)} moved)", "",
+                "| subject | metric (old -> new) | ratio | rule |", "|---|---|---:|---|"]
+        for s in subjects[:MOVERS_PER_SUITE]:
+            c = s.worst
+            out.append(f"| `{s.id}` | {_md_cell(c.describe())} | {fmt_ratio(c.ratio)} | "
+                       f"{_md_cell(c.rule.describe() if c.rule else '')} |")
+        out.append("")
+    out += ["", "## Stack", "", "| | baseline | this run |", "|---|---|---|"]
+    for row in report.stack:
+        mark = " **(changed)**" if row.differs and report.baseline is not None else ""
+        out.append(f"| {row.key}{mark} | {_md_cell(fmt(row.old)) if report.baseline else ''} | "
+                   f"{_md_cell(fmt(row.new))} |")
+    out += ["", "## Pictures", "", plots_note or "See the HTML report (inline SVG plots).", ""]
+    out += _presence_md(report)
+    return "\n".join(out) + "\n"
+
+
+def _presence_md(report: Report) -> list[str]:
+    out = []
+    for name, ids in (("New records", report.new), ("Missing records (their tests ran)",
+                                                    report.missing)):
+        out += [f"## {name} ({len(ids)})", ""]
+        out += [f"- `{rid}`" for rid in ids[:50]] or ["none"]
+        if len(ids) > 50:
+            out.append(f"- ... {len(ids) - 50} more")
+        out.append("")
+    return out
+
+
+# -------------------------------------------------------------------------------- html
+
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;
+ color:#1d1d1f;background:#f6f7f9}
+main{max-width:1180px;margin:0 auto;padding:18px 24px 48px}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid
+ #d9dde3;padding-bottom:4px}h3{font-size:14px;margin:16px 0 6px}
+.verdict{padding:14px 18px;border-radius:8px;color:#fff;margin:0 0 10px}
+.NO-GO{background:#b03a2e}.REVIEW{background:#b9770e}.GO{background:#1e8449}
+.verdict p{margin:4px 0 0;opacity:.95}
+table{border-collapse:collapse;width:100%;background:#fff;font-size:13px}
+th,td{border:1px solid #e1e4e8;padding:4px 7px;text-align:left;vertical-align:top}
+th{background:#eef1f4;font-weight:600}td.n{text-align:right;font-variant-numeric:tabular-nums}
+code{font:12px ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;overflow-wrap:anywhere}
+.cause{background:#fff;border-left:4px solid #b9770e;padding:8px 12px;margin:12px 0}
+.cause ul{margin:4px 0}
+.r0 td:first-child{border-left:4px solid #7b241c}.r1 td:first-child{border-left:4px solid
+ #c0392b}.r2 td:first-child{border-left:4px solid #e67e22}
+.changed td{background:#fff4e0;font-weight:600}.fails{color:#b03a2e;font-weight:600}
+.plot{background:#fff;border:1px solid #e1e4e8;border-radius:6px;padding:8px;margin:10px 0;
+ overflow-x:auto}.plot svg{max-width:100%;height:auto}.note{color:#566}
+nav a{margin-right:12px;color:#1f5f8b}
+"""
+
+SECTIONS = (("cause", "Common cause"), ("groups", "Groups"), ("counts", "Counts"),
+            ("movers", "Top movers"), ("stack", "Stack"), ("plots", "Pictures"),
+            ("presence", "New / missing"))
+
+
+def _e(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def html_page(report: Report, plots: list[tuple[str, str]], notes: list[str],
+              title: Optional[str] = None) -> str:
+    """The report as one self-contained HTML page (inline CSS and SVG, no scripts)."""
+    v = report.verdict
+    title = title or f"{v.level}: {_compared_line(report)}"
+    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+           '<meta name="viewport" content="width=device-width, initial-scale=1">',
+           f"<title>{_e(title)}</title><style>{CSS}</style></head><body><main>"]
+    # the verdict line already names up to three reasons; list them only when there are more
+    reasons = "".join(f"<p>{_e(r)}</p>" for r in v.reasons) if len(v.reasons) > 3 else ""
+    out.append(f'<section id="verdict" class="verdict {_e(v.level)}"><h1>{_e(v.line)}</h1>'
+               f"<p><b>{_e(_compared_line(report))}</b></p><p>{_e(_summary(report))}</p>"
+               f"{reasons}</section>")
+    out.append("<nav>" + "".join(f'<a href="#{k}">{_e(t)}</a>' for k, t in SECTIONS) + "</nav>")
+    out += _html_cause(report)
+    out += _html_groups(report)
+    out += _html_counts(report)
+    out += _html_movers(report)
+    out += _html_stack(report)
+    out.append('<section id="plots"><h2>Pictures</h2>')
+    out += [f'<p class="note">{_e(n)}</p>' for n in notes]
+    for plot_title, svg in plots:
+        out.append(f'<div class="plot"><h3>{_e(plot_title)}</h3>{svg}</div>')
+    if not plots and not notes:
+        out.append('<p class="note">no records with data to plot</p>')
+    out.append("</section>")
+    out += _html_presence(report)
+    out.append("</main></body></html>")
+    return "\n".join(out) + "\n"
+
+
+def _html_counts(report: Report) -> list[str]:
+    head = "".join(f"<th>{_e(c)}</th>" for c in COUNT_COLUMNS)
+    rows = []
+    for suite, row in report.counts.items():
+        cells = "".join(f'<td class="n">{row.get(c, 0) or ""}</td>' for c in COUNT_COLUMNS)
+        rows.append(f"<tr><td>{_e(suite)}</td>{cells}</tr>")
+    return ['<section id="counts"><h2>Counts per suite</h2>',
+            f"<table><tr><th>suite</th>{head}</tr>{''.join(rows)}</table></section>"]
+
+
+def _html_cause(report: Report) -> list[str]:
+    out = ['<section id="cause" class="cause"><b>Probable common cause</b>']
+    if report.causes:
+        out.append("<ul>" + "".join(f"<li><code>{_e(c.line)}</code></li>"
+                                    for c in report.causes) + "</ul>")
+        out.append('<p class="note">Candidates: aten ops the affected records\' DUT '
+                   "computations dispatched (a backward record's candidates are the "
+                   "derivatives of its forward ops), ranked by share among the affected minus "
+                   "share among the unchanged.</p>")
+    else:
+        out.append(f'<p class="note">{_e(report.cause_note or "nothing to explain")}</p>')
+    out.append("</section>")
+    return out
+
+
+def _html_groups(report: Report) -> list[str]:
+    subjects = report.subjects
+    out = [f'<section id="groups"><h2>Groups to look at, ranked ({len(subjects)})</h2>',
+           '<p class="note">Ranks: ' + " &gt; ".join(_e(r) for r in RANKS[:3])
+           + ". One row per subject; its worst metric is shown, the others fold in.</p>"]
+    if not subjects:
+        out.append("<p>none</p></section>")
+        return out
+    out.append("<table><tr><th>#</th><th>subject</th><th>what</th><th>worst metric "
+               "(old &rarr; new, ratio)</th><th>rule</th><th>standard</th><th>status</th>"
+               "</tr>")
+    for index, s in enumerate(subjects, 1):
+        standard = s.standard
+        where = f"<br><code>{_e(s.worst.record_id)}</code>" if s.worst else ""
+        state = f'<span class="{"" if s.passes else "fails"}">{_e(_state(s))}</span>'
+        message = f"<br><small>{_e(s.message)}</small>" if s.message else ""
+        out.append(f'<tr class="r{s.rank}"><td class="n">{index}</td><td><code>{_e(s.id)}'
+                   f"</code></td><td>{_e(_what(s))}</td><td>{_e(_worst(s))}{where}</td>"
+                   f"<td>{_e(_rule(s))}</td><td>{_e(standard)}</td><td>{state}{message}</td></tr>")
+        if s.reproduce:
+            out.append(f'<tr class="r{s.rank}"><td></td><td colspan="6">reproduce: '
+                       f"<code>{_e(s.reproduce)}</code></td></tr>")
+    out.append("</table></section>")
+    return out
+
+
+def _html_movers(report: Report) -> list[str]:
+    out = ['<section id="movers"><h2>Top movers within their rules</h2>']
+    if not report.movers:
+        out.append(f"<p>{'none' if report.baseline is not None else 'not compared'}</p>")
+    for suite, subjects in report.movers.items():
+        out.append(f"<h3>{_e(suite)}: {len(subjects)} subject(s) moved</h3><table><tr>"
+                   "<th>subject</th><th>metric</th><th>old &rarr; new</th><th>ratio</th>"
+                   "<th>rule</th></tr>")
+        for s in subjects[:MOVERS_PER_SUITE]:
+            c = s.worst
+            out.append(f"<tr><td><code>{_e(s.id)}</code></td><td>{_e(c.metric_label)}</td>"
+                       f"<td>{_e(fmt(c.old))} &rarr; {_e(fmt(c.new))}</td>"
+                       f'<td class="n">{_e(fmt_ratio(c.ratio))}</td>'
+                       f"<td>{_e(c.rule.describe() if c.rule else '')}</td></tr>")
+        out.append("</table>")
+    out.append("</section>")
+    return out
+
+
+def _html_stack(report: Report) -> list[str]:
+    compared = report.baseline is not None
+    out = ['<section id="stack"><h2>Stack</h2><table><tr><th></th><th>baseline</th>'
+           "<th>this run</th></tr>"]
+    for row in report.stack:
+        changed = compared and row.differs
+        out.append(f'<tr class="{"changed" if changed else ""}"><td>{_e(row.key)}'
+                   f"{' (changed)' if changed else ''}</td>"
+                   f"<td>{_e(fmt(row.old)) if compared else '-'}</td><td>{_e(fmt(row.new))}</td>"
+                   "</tr>")
+    out.append("</table></section>")
+    return out
+
+
+def _html_presence(report: Report) -> list[str]:
+    out = ['<section id="presence"><h2>New and missing records</h2>']
+    for name, ids in (("new", report.new), ("missing (their tests ran)", report.missing)):
+        listed = "".join(f"<li><code>{_e(r)}</code></li>" for r in ids[:50])
+        more = f"<li>... {len(ids) - 50} more</li>" if len(ids) > 50 else ""
+        out.append(f"<h3>{len(ids)} {_e(name)}</h3><ul>{listed}{more}</ul>")
+    out.append("</section>")
+    return out
