@@ -117,6 +117,9 @@ OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
     (("--alerts",), dict(default=None, metavar="PATH",
                          help="Write regressions and improvements to PATH (JSON) and "
                               "PATH's .md sibling (Markdown). Default: %(default)r")),
+    (("--report",), dict(default=None, metavar="PATH",
+                         help="Write the go/no-go report to PATH (self-contained HTML) and "
+                              "PATH's .md sibling (Markdown). Default: %(default)r")),
     (("--inject-fault",), dict(action="append", default=[], metavar="NAME",
                                help="Activate a fault for the whole run (repeatable); NAME "
                                     "or package.module:NAME. Default: none")),
@@ -160,6 +163,7 @@ class Settings:
     baseline_against: Optional[str] = None
     results_dir: Path = Path("results")
     alerts: Optional[Path] = None
+    report: Optional[Path] = None
     faults: tuple[str, ...] = ()
     seed: int = 0
     run_slow: bool = False
@@ -192,6 +196,7 @@ def _settings(config: pytest.Config) -> Settings:
         baseline_against=opt("baseline_against"),
         results_dir=place(opt("results_dir"), "results"),
         alerts=(here / opt("alerts")).resolve() if opt("alerts") else None,
+        report=(here / opt("report")).resolve() if opt("report") else None,
         faults=tuple(opt("inject_fault")), seed=opt("seed"),
         run_slow=bool(opt("run_slow")) or _names_marker(markexpr, "slow"),
         run_benchmarks=bool(opt("run_benchmarks")) or _names_marker(markexpr, "benchmark"),
@@ -551,8 +556,28 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
                    "started": run.started, "finished": run.finished}
         for written in regress.write_alerts(settings.alerts, state.findings, context):
             state.written.append(f"alerts: {written}")
+    if settings.report is not None:
+        _write_report(state, selection)
     if state.errors and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _write_report(state: RunState, selection: Optional[baselines.Selection]) -> None:
+    """``--report PATH`` (harness.report); a report that cannot be written is an error."""
+    from harness import report
+
+    base = selection.results if selection is not None else None
+    why = "--baseline " + state.settings.baseline_mode if selection is None else (
+        selection.error or selection.reason)
+    try:
+        _, paths = report.write_for_session(
+            state.run, base, state.findings, None, state.settings.report,
+            baseline_name=(selection.stack_id or "") if selection is not None else "",
+            not_compared="" if base is not None else why)
+        state.written += [f"report: {p}" for p in paths]
+    except Exception as exc:  # noqa: BLE001 - the run's results are written; say what failed
+        state.errors.append(f"report not written to {state.settings.report}: "
+                            f"{type(exc).__name__}: {exc}")
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
