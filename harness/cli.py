@@ -1,4 +1,4 @@
-"""``python -m harness``: doctor | baseline list/show/diff | faults list/check | localize.
+"""``python -m harness``: doctor | baseline list/show/diff | report | faults | localize.
 
 Nothing heavy is imported at module level: ``doctor`` must run (and explain) even where
 ``import torch`` fails.
@@ -48,10 +48,9 @@ def _load(path: Path):
 
 
 def _cmd_baseline(args: argparse.Namespace) -> int:
-    from harness import regress
     from harness.stack import stack_sort_key
 
-    root = Path(args.dir)
+    root = Path(args.dir) if args.dir is not None else ROOT / "baselines"
     if args.action == "list":
         paths = sorted(root.glob("*/*/*.json"),
                        key=lambda p: (p.parent.parent.name, p.parent.name, stack_sort_key(p.stem)))
@@ -79,15 +78,76 @@ def _cmd_baseline(args: argparse.Namespace) -> int:
         print(f"{'records':>16}: {len(run.records)} "
               f"({', '.join(f'{s} {n}' for s, n in sorted(suites.items()))})")
         return 0
-    old_path, new_path = _find_baseline(root, args.a), _find_baseline(root, args.b)
-    findings = regress.compare(_load(new_path), _load(old_path), old_path.stem)
-    for finding in findings:
-        if args.all or finding.kind in ("regression", "improvement"):
-            print(finding.message)
-    counts = {k: sum(f.kind == k for f in findings)
-              for k in ("regression", "improvement", "new", "missing")}
-    print(f"{old_path.stem} -> {new_path.stem}: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
-    return 1 if counts["regression"] else 0
+    return _cmd_diff(args)
+
+
+def _store_of(path: Path) -> Optional[Path]:
+    """The store root of ``<root>/<device_type>/<device_slug>/<stack_id>.json``."""
+    return path.resolve().parent.parent.parent if path.suffix == ".json" else None
+
+
+def _cmd_diff(args: argparse.Namespace) -> int:
+    """``baseline diff A B``: the report of B against A (Note in harness.report)."""
+    given = {name: Path(name) for name in (args.a, args.b)
+             if Path(name).suffix == ".json" and Path(name).is_file()}
+    if args.dir is not None:
+        root = Path(args.dir)
+    else:  # the store the runs used: beside a named file, or the one a results file names
+        stores = [_store_of(p) for p in given.values()]
+        used = [_load(p).baseline for p in given.values()]
+        stores += [_store_of(Path(u)) for u in used if u]
+        root = next((s for s in stores if s is not None), ROOT / "baselines")
+    old_path = given.get(args.a) or _find_baseline(root, args.a)
+    new_path = given.get(args.b) or _find_baseline(root, args.b)
+    return _write_report(_load(new_path), _load(old_path), old_path.stem, args)
+
+
+def _write_report(run, base, base_name: str, args: argparse.Namespace,
+                  not_compared: str = "") -> int:
+    from harness import report
+    from harness.verdict import NO_GO
+
+    model = report.build(run, base, baseline_name=base_name, not_compared=not_compared)
+    written = report.write(model, args.html, args.md) if (args.html or args.md) else []
+    if args.html:
+        model.path = str(args.html)
+    for line in report.terminal_lines(model, limit=args.limit):
+        print(line)
+    for path in written:
+        if str(path) != model.path:
+            print(f"report: {path}")
+    return 1 if model.verdict.level == NO_GO else 0
+
+
+# ---------------------------------------------------------------------------- report
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from harness import baselines
+
+    run = _load(Path(args.results))
+    if args.against and args.stack:
+        raise SystemExit("error: give --against FILE or --stack STACK_ID, not both")
+    if args.against:
+        path = Path(args.against)
+        if not path.is_file():
+            root = Path(args.baseline_dir) if args.baseline_dir else ROOT / "baselines"
+            path = _find_baseline(root, args.against)
+        return _write_report(run, _load(path), path.stem, args)
+    root = Path(args.baseline_dir) if args.baseline_dir else None
+    if root is None and run.baseline:  # the store the run itself compared against
+        root = _store_of(Path(run.baseline))
+    if root is None:
+        if args.stack:
+            root = ROOT / "baselines"
+        else:
+            return _write_report(run, None, "", args, "the results name no baseline; give "
+                                 "--against, --stack or --baseline-dir")
+    selection = baselines.select(root, run.fingerprint, args.stack)
+    if selection.error:
+        raise SystemExit(f"error: {selection.error}")
+    if selection.results is None:
+        return _write_report(run, None, "", args, selection.reason)
+    return _write_report(run, selection.results, selection.stack_id or "", args)
 
 
 # ---------------------------------------------------------------------------- faults
@@ -127,6 +187,13 @@ def _cmd_faults(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------------------ main
 
+def _report_outputs(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--html", default=None, metavar="PATH", help="Write the HTML report")
+    parser.add_argument("--md", default=None, metavar="PATH", help="Write the Markdown report")
+    parser.add_argument("--limit", default=10, type=int, metavar="N",
+                        help="Groups printed on the terminal. Default: 10")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -142,11 +209,25 @@ def build_parser() -> argparse.ArgumentParser:
     baseline.add_argument("action", choices=("list", "show", "diff"))
     baseline.add_argument("a", nargs="?", metavar="A", help="Stack id or path (show, diff)")
     baseline.add_argument("b", nargs="?", metavar="B", help="Stack id or path (diff: the newer)")
-    baseline.add_argument("--dir", default=str(ROOT / "baselines"), metavar="PATH",
-                          help="Baseline store. Default: the project's baselines/")
+    baseline.add_argument("--dir", default=None, metavar="PATH",
+                          help="Baseline store. Default: for diff, the store the named files "
+                               "live in or their runs used; else the project's baselines/")
     baseline.add_argument("--json", action="store_true", help="show: print the whole file")
-    baseline.add_argument("--all", action="store_true", help="diff: also new/missing records")
+    _report_outputs(baseline)
     baseline.set_defaults(func=_cmd_baseline)
+
+    report = sub.add_parser("report", help="The go/no-go report of a stored run (HTML, "
+                            "Markdown, terminal), offline")
+    report.add_argument("results", metavar="RESULTS.json", help="A results or baseline file")
+    report.add_argument("--against", default=None, metavar="BASELINE",
+                        help="Compare with this baseline file (or stack id in the store). "
+                             "Default: the baseline the run compared against")
+    report.add_argument("--stack", default=None, metavar="STACK_ID",
+                        help="Compare with this stack's baseline in the store")
+    report.add_argument("--baseline-dir", default=None, metavar="PATH",
+                        help="Baseline store. Default: the one the run used")
+    _report_outputs(report)
+    report.set_defaults(func=_cmd_report)
 
     faults = sub.add_parser("faults", help="List faults, or prove each is caught")
     faults.add_argument("action", choices=("list", "check"))
