@@ -1,0 +1,316 @@
+"""The go/no-go report: grouping, ranking, common cause, stack diff, renderers, CLI, browser."""
+
+import json
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from harness import baselines, cli, report, results
+from harness.report import model, plots, render
+from harness.results import Record, RunResults, equal, lower
+
+CHROMIUM = Path("/usr/bin/chromium")
+ERR = {"better": "lower", "rel": 2.0, "abs": 1e-6}
+BWD = {"fwd": ["aten.sub", "aten.norm", "aten.clamp_min", "aten.mean"],
+       "bwd": ["aten.where", "aten.ge", "aten.mul"]}
+PLAIN = {"fwd": ["aten.sub", "aten.norm", "aten.mean"], "bwd": ["aten.mul", "aten.div"]}
+
+
+def _op(op, dtype, direction, sample, err, aten=PLAIN, status="pass", ratio=1.0):
+    rid = f"ops/{op}/{dtype}/{direction}/{sample}"
+    metrics = {f"grad{i}.max_rel_err": err * (i + 1) for i in range(3)}
+    metrics.update({f"grad{i}.max_rel_err_ratio": ratio for i in range(3)})
+    rules = {f"grad{i}.max_rel_err": ERR for i in range(3)}
+    return Record(rid, status=status, metrics=metrics, rules=rules,
+                  test=f"suites/ops/test_catalog.py::test_op[{op}-{dtype}]",
+                  info={"aten_ops": aten} if aten is not None else {})
+
+
+def _runs(fingerprint, aten=True):
+    """A baseline and a run: triplet bf16 bwd x3 moved 5x (beyond rule), sinh moved 1.5x
+    (within rule), mm lost capability, bn fails (as in the baseline), max batch fell,
+    20 other ops unchanged."""
+    b, c = {}, {}
+    hinge = BWD if aten else None
+    plain = PLAIN if aten else None
+    for sample in ("typical", "odd257", "swap"):
+        b[sample] = _op("triplet_margin_loss", "bfloat16", "bwd", sample, 1e-2, hinge)
+        c[sample] = _op("triplet_margin_loss", "bfloat16", "bwd", sample, 5e-2, hinge)
+        fwd = _op("triplet_margin_loss", "bfloat16", "fwd", sample, 1e-2, hinge)
+        b[sample + "f"], c[sample + "f"] = fwd, fwd
+    b["sinh"] = _op("sinh", "float32", "fwd", "typical", 1e-6, plain)
+    c["sinh"] = _op("sinh", "float32", "fwd", "typical", 1.5e-6, plain)
+    for index in range(20):
+        same = _op(f"op{index}", "float32", "bwd", "typical", 1e-6, plain)
+        b[f"u{index}"], c[f"u{index}"] = same, same
+    b["mm"] = Record("ops/mm/float32/fwd/typical", test="suites/ops/test_catalog.py::test_op[mm]")
+    c["mm"] = Record("ops/mm/float32/fwd/typical", status="unsupported",
+                     test="suites/ops/test_catalog.py::test_op[mm]")
+    b["bn"] = Record("norm/bn/float32/eval", status="fail", metrics={"rel_err": 1e-6},
+                     rules={"rel_err": ERR}, test="suites/norm/test_bn.py::test_eval")
+    c["bn"] = Record("norm/bn/float32/eval", status="fail", metrics={"rel_err": 1e-6},
+                     rules={"rel_err": ERR}, message="eval uses batch statistics\nmore",
+                     test="suites/norm/test_bn.py::test_eval")
+    c["mem"] = Record("memory/oom/mlp/float32/none", metrics={"max_batch": 140},
+                      rules={"max_batch": equal()}, test="suites/memory/test_oom.py::test_x")
+    b["mem"] = Record("memory/oom/mlp/float32/none", metrics={"max_batch": 148},
+                      rules={"max_batch": equal()}, test="suites/memory/test_oom.py::test_x")
+    old = dict(fingerprint, stack_id="torch-2.3.0", torch="2.3.0")
+    new = dict(fingerprint, torch="2.4.0", cpu="AMD EPYC 9004")
+    base = RunResults(old, {r.id: r for r in b.values()}, seed=0)
+    run = RunResults(new, {r.id: r for r in c.values()}, seed=3)
+    run.outcomes = {r.test: "passed" for r in c.values()}
+    return base, run
+
+
+def test_subjects_fold_direction_and_outputs_by_suite_rule():
+    assert model.subject_of("ops/exp/float16/bwd/odd257") == "ops/exp/float16/odd257"
+    assert model.subject_of("opinfo/add/float32/fwd/0d1949c7") == "opinfo/add/float32"
+    assert model.subject_of("amp/convergence/bfloat16/tinycnn-small/loss_falls") == \
+        "amp/convergence/bfloat16/tinycnn-small"
+    assert model.subject_of("distributed/all_gather/bfloat16/n=1/ws2") == \
+        "distributed/all_gather/bfloat16/n=1/ws2"
+
+
+def test_groups_are_ranked_capability_fails_beyond_rule_then_movers(fingerprint):
+    base, run = _runs(fingerprint)
+    rep = report.build(run, base, baseline_name="torch-2.3.0")
+    ranks = [(s.id, s.rank_label) for s in rep.subjects]
+    assert ranks[0] == ("ops/mm/float32/typical", "capability lost")
+    assert ranks[1] == ("norm/bn/float32/eval", "fails its standard")
+    # 3 records x 3 gradients = 9 finding lines fold into 3 groups, plus max_batch
+    triplet = [s for s in rep.subjects if "triplet" in s.id]
+    assert len(triplet) == 3 and all(s.lines == 3 and s.passes for s in triplet)
+    assert {s.rank_label for s in triplet} == {"beyond its baseline rule"}
+    worst = triplet[0].worst
+    assert worst.metric == "grad2.max_rel_err" and worst.ratio == pytest.approx(5.0)
+    assert "limit 10x): passes" in triplet[0].standard
+    assert worst.rule.describe() == "lower is better, ratio 2, floor 1e-06"
+    mem = next(s for s in rep.subjects if s.suite == "memory")
+    assert mem.worst.kind == "regression" and mem.worst.describe() == "max_batch 148 -> 140"
+    assert rep.verdict.level == "NO-GO"
+    # within the rule: a mover, computed from the metrics (no finding names it)
+    [sinh] = rep.movers["ops"]
+    assert sinh.id == "ops/sinh/float32/typical" and sinh.worst.ratio == pytest.approx(1.5)
+    assert rep.counts["ops"]["review"] == 9 and rep.counts["ops"]["regression"] == 1
+
+
+def test_reproduce_line_names_node_device_seed_and_op_filter(fingerprint):
+    base, run = _runs(fingerprint)
+    rep = report.build(run, base)
+    subject = next(s for s in rep.subjects if s.id == "ops/triplet_margin_loss/bfloat16/swap")
+    assert subject.reproduce == (
+        "python -m pytest 'suites/ops/test_catalog.py::test_op[triplet_margin_loss-bfloat16]' "
+        "--device cpu --seed 3 --op-filter '^triplet_margin_loss-bfloat16-bwd-swap$'")
+    assert re.search(subject.reproduce.split("--op-filter ")[1].strip("'"),
+                     "triplet_margin_loss-bfloat16-bwd-swap")
+
+
+def test_common_cause_names_the_kernel_the_affected_share(fingerprint):
+    base, run = _runs(fingerprint)
+    rep = report.build(run, base)
+    cause = rep.causes[0]
+    assert cause.token == "aten.clamp_min backward"
+    assert (cause.affected, cause.affected_total) == (3, 3)
+    assert cause.unchanged == 0
+    assert cause.op_filter == "^triplet_margin_loss-[^-]+-bwd-"
+    assert cause.line.startswith("aten.clamp_min backward: in 3 of 3 affected cases, 0 of ")
+    assert "aten.sub backward" not in {c.token for c in rep.causes}  # the unchanged have it
+
+
+def test_common_cause_without_aten_ops_says_why_and_what_is_shared(fingerprint):
+    base, run = _runs(fingerprint, aten=False)
+    for rid in ("ops/mm/float32/fwd/typical", "norm/bn/float32/eval",
+                "memory/oom/mlp/float32/none"):
+        del run.records[rid], base.records[rid]
+    rep = report.build(run, base)
+    assert rep.causes == []
+    assert "carry no info['aten_ops']" in rep.cause_note
+    assert "op triplet_margin_loss, dtype bfloat16, direction bwd" in rep.cause_note
+
+
+def test_stack_diff_marks_differences_and_flattens_cann_components(fingerprint):
+    old = dict(fingerprint, device_type="npu", cann="8.0.RC3",
+               cann_components={"CANN": "8.0.RC3", "HCCL": "8.0.RC3"})
+    new = dict(old, cann="8.0.0", cann_components={"CANN": "8.0.0", "HCCL": "8.0.RC3"})
+    rows = {r.key: r for r in model.stack_diff(old, new)}
+    assert rows["cann"].differs and rows["cann_components.CANN"].differs
+    assert not rows["cann_components.HCCL"].differs and not rows["torch"].differs
+    keys = [r.key for r in model.stack_diff(old, new)]
+    assert keys.index("torch") < keys.index("cann") < keys.index("device_name")
+
+
+def test_report_without_baseline_shows_the_run(fingerprint, tmp_path):
+    _, run = _runs(fingerprint)
+    rep = report.build(run, None, not_compared="no baseline for torch-2.4.0")
+    assert rep.verdict.level == "NO-GO" and "NOT COMPARED" in rep.verdict.line
+    assert [s.rank_label for s in rep.subjects] == ["fails its standard"]
+    html_path, md_path = report.write(rep, tmp_path / "r.html", tmp_path / "r.md")
+    assert "NOT COMPARED (no baseline for torch-2.4.0)" in md_path.read_text()
+
+
+def _no_remote_urls(page: str) -> list[str]:
+    """URLs a browser would fetch: in src/href/url(...), not namespaces or text."""
+    page = re.sub(r'xmlns(:\w+)?="[^"]*"', "", page)
+    return re.findall(r'(?:src|href)\s*=\s*"(?:https?:)?//[^"]*"|url\(\s*[\'"]?https?:', page)
+
+
+def test_html_is_self_contained_with_inline_svg(fingerprint, tmp_path):
+    pytest.importorskip("matplotlib")
+    base, run = _runs(fingerprint)
+    rep = report.build(run, base, baseline_name="torch-2.3.0")
+    [path, _] = report.write(rep, tmp_path / "r.html", tmp_path / "r.md")
+    page = path.read_text()
+    assert page.startswith("<!DOCTYPE html>") and "<svg" in page
+    assert "<script" not in page and "<link" not in page and "<img" not in page
+    assert _no_remote_urls(page) == []
+    for section in ("cause", "groups", "counts", "movers", "stack", "plots", "presence"):
+        assert f'id="{section}"' in page
+    assert "aten.clamp_min backward" in page and "(changed)" in page
+
+
+def test_markdown_has_the_same_sections_and_no_images(fingerprint, tmp_path):
+    base, run = _runs(fingerprint)
+    rep = report.build(run, base)
+    text = render.markdown(rep, "see HTML")
+    for heading in ("## Counts per suite", "## Probable common cause", "## Groups, ranked (6)",
+                    "## Top movers within their rules", "## Stack", "## Pictures"):
+        assert heading in text
+    assert "| torch **(changed)** | 2.3.0 | 2.4.0 |" in text
+    assert "<svg" not in text and "![" not in text
+
+
+def test_without_matplotlib_the_report_is_text_with_a_clear_message(fingerprint, tmp_path,
+                                                                   monkeypatch):
+    monkeypatch.setattr(plots, "available", lambda: False)
+    base, run = _runs(fingerprint)
+    html_path, md_path = report.write(report.build(run, base), tmp_path / "r.html",
+                                      tmp_path / "r.md")
+    assert "<svg" not in html_path.read_text()
+    assert "pip install matplotlib" in html_path.read_text()
+    assert "pip install matplotlib" in md_path.read_text()
+
+
+def test_terminal_lines_verdict_counts_top_groups_path_nothing_twice(fingerprint):
+    base, run = _runs(fingerprint)
+    rep = report.build(run, base)
+    rep.path = "/tmp/r.html"
+    lines = report.terminal_lines(rep, limit=2)
+    assert lines[0].startswith("VERDICT: NO-GO")
+    assert lines[2].startswith("suites: memory 1 (1 regression); norm 1 (1 fail); ops 28 (1 regression, 9 review)")
+    assert lines[3].startswith("probable common cause: aten.clamp_min backward")
+    assert "  ... 4 more in the report" in lines and lines[-1] == "report: /tmp/r.html"
+    assert sum("ops/mm/float32/typical" in line for line in lines) == 1
+
+
+def test_capture_aten_ops_splits_forward_and_backward():
+    torch = pytest.importorskip("torch")
+    x = torch.tensor([0.0, 1.0, -1.0], requires_grad=True)
+
+    def step():
+        y = torch.clamp_min(x, 0.0).sum()
+        return torch.autograd.grad(y, [x])
+
+    (grad,), ops = report.capture_aten_ops(step)
+    assert grad.tolist() == [grad[0].item(), 1.0, 0.0]
+    assert "aten.clamp_min" in ops["fwd"] and "aten.clamp_min" not in ops["bwd"]
+    assert ops["bwd"] and "aten.sum" not in ops["bwd"]
+
+
+# ------------------------------------------------------------------------------ CLI
+
+@pytest.fixture
+def store(tmp_path, fingerprint):
+    base, run = _runs(fingerprint)
+    root = tmp_path / "store"
+    paths = [results.write(base, baselines.path_for(root, base.fingerprint)),
+             results.write(run, baselines.path_for(root, run.fingerprint))]
+    results.write(run, tmp_path / "results" / "run.json")  # a run's results, outside the store
+    return root, paths
+
+
+def test_cli_report_on_two_stored_files(store, tmp_path, capsys):
+    root, (old, new) = store
+    code = cli.main(["report", str(new), "--against", str(old), "--html",
+                     str(tmp_path / "o.html"), "--md", str(tmp_path / "o.md")])
+    out = capsys.readouterr().out.splitlines()
+    assert code == 1 and out[0].startswith("VERDICT: NO-GO")
+    assert out[1] == "torch-2.3.0 -> torch-2.4.0 on cpu/x86-64-avx2 (baseline torch-2.3.0)"
+    assert f"report: {tmp_path / 'o.html'}" in out and f"report: {tmp_path / 'o.md'}" in out
+    assert (tmp_path / "o.html").stat().st_size > 1000
+
+
+def test_cli_report_picks_the_older_stack_in_the_store(store, tmp_path, capsys):
+    root, _ = store
+    (root / "cpu" / "x86-64-avx2" / "torch-2.4.0.json").unlink()  # only the older stack
+    assert cli.main(["report", str(tmp_path / "results" / "run.json"),
+                     "--baseline-dir", str(root)]) == 1
+    assert "torch-2.3.0 -> torch-2.4.0 on cpu/x86-64-avx2 (baseline torch-2.3.0)" in \
+        capsys.readouterr().out
+
+
+def test_cli_report_alone_says_not_compared(store, capsys):
+    _, (_, new) = store
+    cli.main(["report", str(new)])
+    assert "NOT COMPARED" in capsys.readouterr().out
+
+
+def test_baseline_diff_is_the_report_from_the_files_own_store(store, capsys, monkeypatch):
+    root, (old, _) = store
+    monkeypatch.setattr(cli, "ROOT", Path("/nonexistent"))  # not the checkout's baselines/
+    assert cli.main(["baseline", "diff", str(old), "torch-2.4.0"]) == 1
+    out = capsys.readouterr().out
+    assert "torch-2.3.0 -> torch-2.4.0" in out and "probable common cause" in out
+
+
+def test_baseline_diff_counts_missing_only_for_tests_that_ran(store, capsys):
+    root, (old, new) = store
+    doc = json.loads(old.read_text())
+    doc["records"]["bench/slow/never_ran"] = {"suite": "bench", "status": "pass",
+                                              "test": "suites/bench/test_slow.py::test_x"}
+    test = "suites/ops/test_catalog.py::test_op[op99-float32]"
+    doc["records"]["ops/op99/float32/bwd/dropped"] = {"suite": "ops", "status": "pass",
+                                                      "test": test}
+    old.write_text(json.dumps(doc))
+    assert report.from_files(new, old).missing == []  # neither test ran (outcomes)
+    data = results.load(new)
+    data.outcomes[test] = "passed"
+    results.write(data, new)
+    assert report.from_files(new, old).missing == ["ops/op99/float32/bwd/dropped"]
+
+
+# --------------------------------------------------------------------------- browser
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="no /usr/bin/chromium (Debian's chromium "
+                    "package): the browser render test needs it")
+def test_report_renders_in_headless_chromium(fingerprint, tmp_path):
+    pytest.importorskip("matplotlib")
+    base, run = _runs(fingerprint)
+    [path, _] = report.write(report.build(run, base, baseline_name="torch-2.3.0"),
+                             tmp_path / "r.html", tmp_path / "r.md")
+    profile = tempfile.mkdtemp(prefix="chromium-")
+    try:
+        done = subprocess.run(
+            [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+             "--no-first-run", "--disable-background-networking", "--disable-component-update",
+             "--disable-sync", f"--user-data-dir={profile}", "--window-size=1280,2000",
+             "--virtual-time-budget=5000", "--dump-dom", path.as_uri()],
+            capture_output=True, text=True, timeout=180)
+    finally:
+        shutil.rmtree(profile, ignore_errors=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    dom = done.stdout
+    assert "VERDICT: NO-GO" in dom
+    for section in ("cause", "groups", "counts", "movers", "stack", "plots"):
+        assert f'id="{section}"' in dom
+    assert dom.count("<svg") >= 2  # outcomes and heat-map, parsed as elements
+    assert "This page" not in dom and "ERR_" not in dom
+
+
+def test_rule_lower_is_a_review_not_a_regression():
+    # the model's ranking relies on Note [Review or regression]
+    assert lower().alerts_as == "review" and equal().alerts_as == "regression"
