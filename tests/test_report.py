@@ -314,3 +314,8 @@ def test_report_renders_in_headless_chromium(fingerprint, tmp_path):
 def test_rule_lower_is_a_review_not_a_regression():
     # the model's ranking relies on Note [Review or regression]
     assert lower().alerts_as == "review" and equal().alerts_as == "regression"
+
+
+def test_markdown_beside_the_html_never_takes_the_alerts_markdown(tmp_path):
+    assert report.markdown_path(tmp_path / "r.html") == tmp_path / "r.md"
+    assert report.markdown_path(tmp_path / "x.html", tmp_path / "x.md") == tmp_path / "x.report.md"

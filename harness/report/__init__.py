@@ -21,10 +21,14 @@ __all__ = ["Report", "build", "capture_aten_ops", "from_files", "markdown_path",
            "terminal_lines", "write", "write_for_session"]
 
 
-def markdown_path(path: Union[str, Path]) -> Path:
-    """The Markdown sibling of an HTML report path (``x.html`` -> ``x.md``)."""
+def markdown_path(path: Union[str, Path], taken: Optional[Union[str, Path]] = None) -> Path:
+    """The Markdown sibling of an HTML report path (``x.html`` -> ``x.md``); ``x.report.md``
+    where that is ``taken`` (``--alerts x.json`` writes ``x.md`` too)."""
     path = Path(path)
-    return path.with_suffix(".md") if path.suffix != ".md" else path.with_suffix(".report.md")
+    md = path.with_suffix(".md")
+    if md == path or (taken is not None and md == Path(taken)):
+        md = path.with_suffix(".report.md")
+    return md
 
 
 def write(report: Report, html_path: Optional[Union[str, Path]] = None,
@@ -49,14 +53,17 @@ def write(report: Report, html_path: Optional[Union[str, Path]] = None,
 
 def write_for_session(run: RunResults, baseline: Optional[RunResults], findings: list,
                       verdict: Any, path: Union[str, Path], baseline_name: str = "",
-                      not_compared: str = "") -> tuple[Report, list[Path]]:
+                      not_compared: str = "", alerts: Optional[Union[str, Path]] = None
+                      ) -> tuple[Report, list[Path]]:
     """``--report PATH``: the run's report to ``PATH`` and its ``.md`` sibling.
 
-    ``verdict`` may be None (then :func:`harness.verdict.decide` is asked here).
+    ``verdict`` may be None (then :func:`harness.verdict.decide` is asked here);
+    ``alerts`` is the ``--alerts`` path, whose Markdown sibling the report must not take.
     """
     report = build(run, baseline, findings, verdict, baseline_name=baseline_name,
                    not_compared=not_compared)
-    return report, write(report, path, markdown_path(path))
+    taken = Path(alerts).with_suffix(".md") if alerts is not None else None
+    return report, write(report, path, markdown_path(path, taken))
 
 
 def from_files(results_path: Union[str, Path], baseline_path: Optional[Union[str, Path]]
