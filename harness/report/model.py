@@ -141,10 +141,14 @@ class Cause:
     op_filter: str = ""
     ops: list[str] = dataclasses.field(default_factory=list)
 
+    tied: bool = False             # as likely as the candidate before it (same counts)
+
     @property
     def line(self) -> str:
         text = (f"{self.token}: in {self.affected} of {self.affected_total} affected cases, "
                 f"{self.unchanged} of {self.unchanged_total} unchanged")
+        if self.tied:
+            text += " (tied with the one above: the records cannot tell them apart)"
         if self.op_filter:
             text += f"; isolate it with --op-filter '{self.op_filter}'"
         return text
@@ -532,7 +536,9 @@ def common_cause(run: RunResults, subjects: list[Subject], limit: int = 3
     for _, u, token, a in scored[:limit]:
         ops = sorted({rid.split("/")[1] for rid, t in tokens.items()
                       if t is not None and token in t and rid.split("/")[0] in ("ops",)})
-        causes.append(Cause(token, a, len(hit), u, len(calm), _cause_filter(token, ops), ops))
+        tied = bool(causes) and (causes[-1].affected, causes[-1].unchanged) == (a, u)
+        causes.append(Cause(token, a, len(hit), u, len(calm), _cause_filter(token, ops), ops,
+                            tied))
     note = "" if causes else "the affected records share no kernel the unchanged ones lack"
     return causes, note
 

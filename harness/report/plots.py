@@ -128,13 +128,20 @@ def op_heatmap(report: Report, limit: int = 30) -> Plot:
 
     worst = {k: max(v) for k, v in cells.items()}
 
-    def score(op: str) -> tuple[float, float]:
-        mine = [k for k in worst if k[0] == op]
-        return (-max(abs(math.log(deltas.get(k, 1.0))) for k in mine),
-                -max(worst[k] for k in mine))
+    def moved(op: str) -> float:
+        return max(abs(math.log(deltas.get(k, 1.0))) for k in worst if k[0] == op)
 
-    # the ops that moved most against the baseline, then those nearest their limit
-    ops = sorted({k[0] for k in worst}, key=lambda o: (*score(o), o))[:limit]
+    def nearest(op: str) -> float:
+        return max(worst[k] for k in worst if k[0] == op)
+
+    # the ops that moved against the baseline (>= 1.25x either way), then those whose DUT
+    # error is the largest multiple of the CPU reference's; rows of ratio ~1 say nothing
+    everything = sorted({k[0] for k in worst})
+    shifted = sorted((o for o in everything if moved(o) >= math.log(1.25)),
+                     key=lambda o: (-moved(o), o))
+    near = sorted((o for o in everything if o not in shifted and nearest(o) > 1.5),
+                  key=lambda o: (-nearest(o), o))
+    ops = (shifted + near)[:limit] or sorted(everything, key=lambda o: (-nearest(o), o))[:10]
     dtypes = sorted({k[1] for k in worst})
     grid = np.full((len(ops), len(dtypes)), np.nan)
     dgrid = np.full((len(ops), len(dtypes)), np.nan)
@@ -154,7 +161,7 @@ def op_heatmap(report: Report, limit: int = 30) -> Plot:
     ax.set_xticks(range(len(dtypes)), dtypes, rotation=30)
     ax.set_yticks(range(len(ops)), ops, fontsize=7)
     ax.set_title("max rel err: DUT / CPU reference\n(limit 10x under 'relative')")
-    fig.colorbar(image, ax=ax, shrink=0.6)
+    fig.colorbar(image, ax=ax, shrink=0.8)
     if panels == 2:
         ax = axes[0][1]
         image = ax.imshow(dgrid, aspect="auto", cmap="RdYlGn_r", norm=LogNorm(0.25, 4.0))
@@ -167,9 +174,9 @@ def op_heatmap(report: Report, limit: int = 30) -> Plot:
                 if not np.isnan(value) and (value >= 1.25 or value <= 0.8):
                     ax.text(j, i, f"{value:.2g}", ha="center", va="center", fontsize=6,
                             color="white" if value >= 2.5 or value <= 0.4 else "black")
-        fig.colorbar(image, ax=ax, shrink=0.6)
-    shown = f"the {len(ops)} ops that moved or sit nearest their limit" if len(
-        {k[0] for k in worst}) > len(ops) else f"{len(ops)} ops"
+        fig.colorbar(image, ax=ax, shrink=0.8)
+    shown = (f"{len(ops)} of {len(everything)} ops: those that moved >= 1.25x against the "
+             "baseline, then those with DUT error > 1.5x the CPU reference's")
     return f"Op error heat-map ({shown})", _svg(fig)
 
 

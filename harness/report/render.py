@@ -15,7 +15,7 @@ from harness.report.model import RANKS, Report, Subject, fmt, fmt_ratio
 
 COUNT_COLUMNS = ("records", "pass", "fail", "error", "unsupported", "fallback", "skip",
                  "regression", "review", "improvement", "new", "missing")
-MOVERS_PER_SUITE = 5
+MOVERS_PER_SUITE = 10
 
 
 # ---------------------------------------------------------------------------- shared
