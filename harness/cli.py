@@ -103,11 +103,12 @@ def _cmd_diff(args: argparse.Namespace) -> int:
 
 
 def _write_report(run, base, base_name: str, args: argparse.Namespace,
-                  not_compared: str = "") -> int:
+                  not_compared: str = "", reason: str = "") -> int:
     from harness import report
     from harness.verdict import NO_GO
 
-    model = report.build(run, base, baseline_name=base_name, not_compared=not_compared)
+    model = report.build(run, base, baseline_name=base_name, not_compared=not_compared,
+                         baseline_reason=reason)
     written = report.write(model, args.html, args.md) if (args.html or args.md) else []
     if args.html:
         model.path = str(args.html)
@@ -147,7 +148,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
         raise SystemExit(f"error: {selection.error}")
     if selection.results is None:
         return _write_report(run, None, "", args, selection.reason)
-    return _write_report(run, selection.results, selection.stack_id or "", args)
+    return _write_report(run, selection.results, selection.stack_id or "", args,
+                         reason=selection.reason)
 
 
 # ---------------------------------------------------------------------------- faults

@@ -249,8 +249,8 @@ def test_cli_report_picks_the_older_stack_in_the_store(store, tmp_path, capsys):
     (root / "cpu" / "x86-64-avx2" / "torch-2.4.0.json").unlink()  # only the older stack
     assert cli.main(["report", str(tmp_path / "results" / "run.json"),
                      "--baseline-dir", str(root)]) == 1
-    assert "torch-2.3.0 -> torch-2.4.0 on cpu/x86-64-avx2 (baseline torch-2.3.0)" in \
-        capsys.readouterr().out
+    assert ("torch-2.3.0 -> torch-2.4.0 on cpu/x86-64-avx2 (baseline torch-2.3.0 (newest "
+            "stack older than torch-2.4.0: upgrade comparison))") in capsys.readouterr().out
 
 
 def test_cli_report_alone_says_not_compared(store, capsys):

@@ -53,15 +53,15 @@ def write(report: Report, html_path: Optional[Union[str, Path]] = None,
 
 def write_for_session(run: RunResults, baseline: Optional[RunResults], findings: list,
                       verdict: Any, path: Union[str, Path], baseline_name: str = "",
-                      not_compared: str = "", alerts: Optional[Union[str, Path]] = None
-                      ) -> tuple[Report, list[Path]]:
+                      not_compared: str = "", alerts: Optional[Union[str, Path]] = None,
+                      baseline_reason: str = "") -> tuple[Report, list[Path]]:
     """``--report PATH``: the run's report to ``PATH`` and its ``.md`` sibling.
 
     ``verdict`` may be None (then :func:`harness.verdict.decide` is asked here);
     ``alerts`` is the ``--alerts`` path, whose Markdown sibling the report must not take.
     """
     report = build(run, baseline, findings, verdict, baseline_name=baseline_name,
-                   not_compared=not_compared)
+                   not_compared=not_compared, baseline_reason=baseline_reason)
     taken = Path(alerts).with_suffix(".md") if alerts is not None else None
     return report, write(report, path, markdown_path(path, taken))
 

@@ -184,6 +184,7 @@ class Report:
     findings: list[Finding]
     path: str = ""                 # where the HTML was written (for the terminal)
     not_compared: str = ""
+    baseline_reason: str = ""      # why this baseline (baselines.Selection.reason)
 
     @property
     def finding_lines(self) -> int:
@@ -312,7 +313,7 @@ def reproduce_line(records: list[Record], run: RunResults) -> str:
 
 def build(run: RunResults, baseline: Optional[RunResults] = None,
           findings: Optional[list] = None, verdict: Any = None, baseline_name: str = "",
-          not_compared: str = "") -> Report:
+          not_compared: str = "", baseline_reason: str = "") -> Report:
     """The report of ``run`` against ``baseline`` (None: the run alone).
 
     ``findings`` default to :func:`harness.regress.compare` of the two runs, ``missing``
@@ -357,7 +358,7 @@ def build(run: RunResults, baseline: Optional[RunResults] = None,
         new=sorted(f.record_id for f in findings if f.kind == "new"),
         missing=sorted(f.record_id for f in findings if f.kind == "missing"),
         findings=findings, not_compared="" if baseline is not None else
-        (not_compared or "no baseline given"))
+        (not_compared or "no baseline given"), baseline_reason=baseline_reason)
 
 
 def _sort_key(subject: Subject) -> tuple:
