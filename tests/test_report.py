@@ -319,3 +319,30 @@ def test_rule_lower_is_a_review_not_a_regression():
 def test_markdown_beside_the_html_never_takes_the_alerts_markdown(tmp_path):
     assert report.markdown_path(tmp_path / "r.html") == tmp_path / "r.md"
     assert report.markdown_path(tmp_path / "x.html", tmp_path / "x.md") == tmp_path / "x.report.md"
+
+
+CHECK = """
+from harness.results import lower
+
+def test_metric(results):
+    results.record("demo/metric/float32", metrics={{"err": {value!r}}},
+                   rules={{"err": lower(rel=2.0, abs=1e-6)}})
+"""
+
+
+def test_report_option_writes_html_and_markdown_at_session_end(pytester):
+    pytester.makeconftest('pytest_plugins = ["harness.plugin"]')
+    pytester.makeini("[pytest]\naddopts = -p no:cacheprovider\n")
+    (pytester.path / "suites" / "demo").mkdir(parents=True)
+    check = pytester.path / "suites" / "demo" / "test_demo.py"
+    check.write_text(CHECK.format(value=1e-3))
+    pytester.runpytest("--device", "cpu", "--baseline", "record").assert_outcomes(passed=1)
+    check.write_text(CHECK.format(value=5e-3))
+    result = pytester.runpytest("--device", "cpu", "--report", "out/r.html", "--alerts",
+                                "out/r.json")
+    result.assert_outcomes(passed=1)  # a review: the check passes, the run is REVIEW
+    html_text = (pytester.path / "out" / "r.html").read_text()
+    assert "VERDICT: REVIEW" in html_text and "demo/metric/float32" in html_text
+    md_text = (pytester.path / "out" / "r.report.md").read_text()  # r.md is the alerts'
+    assert "| 1 | `demo/metric/float32` | beyond its baseline rule |" in md_text
+    result.stdout.fnmatch_lines(["*report: *r.html", "*report: *r.report.md"])
