@@ -112,7 +112,7 @@ def markdown(report: Report, plots_note: str = "") -> str:
                    + " |")
     out += ["", "## Probable common cause", ""]
     if report.causes:
-        out += [f"- {_md_cell(c.line)}" for c in report.causes]
+        out += [f"- {c.line}" for c in report.causes]  # a list item: pipes need no escape
     else:
         out.append(report.cause_note or "nothing to explain: no subject moved beyond its rule")
     out += ["", f"## Groups, ranked ({len(report.subjects)})", ""]
