@@ -317,8 +317,8 @@ def build(run: RunResults, baseline: Optional[RunResults] = None,
     """The report of ``run`` against ``baseline`` (None: the run alone).
 
     ``findings`` default to :func:`harness.regress.compare` of the two runs, ``missing``
-    limited to tests that ran (``run.outcomes``, else the tests that wrote records); ``verdict`` defaults to
-    :func:`harness.verdict.decide` over them.
+    limited to tests that ran (``run.outcomes``, else the tests that wrote records);
+    ``verdict`` defaults to :func:`harness.verdict.decide` over them.
     """
     from harness import regress
     from harness.verdict import decide
