@@ -133,6 +133,13 @@ def test_common_cause_without_aten_ops_says_why_and_what_is_shared(fingerprint):
     assert "op triplet_margin_loss, dtype bfloat16, direction bwd" in rep.cause_note
 
 
+def test_common_cause_reads_the_baselines_aten_ops_when_the_run_lacks_them(fingerprint):
+    base, run = _runs(fingerprint)
+    for rec in run.records.values():
+        rec.info = {}
+    assert report.build(run, base).causes[0].token == "aten.clamp_min backward"
+
+
 def test_stack_diff_marks_differences_and_flattens_cann_components(fingerprint):
     old = dict(fingerprint, device_type="npu", cann="8.0.RC3",
                cann_components={"CANN": "8.0.RC3", "HCCL": "8.0.RC3"})

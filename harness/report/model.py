@@ -349,7 +349,7 @@ def build(run: RunResults, baseline: Optional[RunResults] = None,
     movers: dict[str, list[Subject]] = {}
     for subject in sorted((s for s in subjects if s.rank == WITHIN_RULE), key=_sort_key):
         movers.setdefault(subject.suite, []).append(subject)
-    causes, note = common_cause(run, subjects)
+    causes, note = common_cause(run, subjects, baseline=baseline)
     return Report(
         verdict=verdict, run=run, baseline=baseline, baseline_name=baseline_name,
         subjects=ranked, movers=movers, counts=_counts(run, findings), causes=causes,
@@ -498,8 +498,8 @@ def aten_tokens(rec: Record) -> Optional[set[str]]:
     return fwd | {f"{o} backward" for o in fwd} | {f"{o} (in backward)" for o in bwd}
 
 
-def common_cause(run: RunResults, subjects: list[Subject], limit: int = 3
-                 ) -> tuple[list[Cause], str]:
+def common_cause(run: RunResults, subjects: list[Subject], limit: int = 3,
+                 baseline: Optional[RunResults] = None) -> tuple[list[Cause], str]:
     """Kernels shared by the affected records that unchanged records lack.
 
     Affected: the records with a beyond-rule or status change, or failing (subjects of
@@ -507,7 +507,8 @@ def common_cause(run: RunResults, subjects: list[Subject], limit: int = 3
     in at least half of the affected records and at most a quarter as common among the
     unchanged; candidates rank by (share among affected -
     share among unchanged), then by fewest unchanged. Returns the causes and a note (why
-    there is none, when there is none).
+    there is none, when there is none). A record without ``info["aten_ops"]`` uses its
+    baseline record's, if that has them (a baseline recorded with the capture).
     """
     affected_ids = {c.record_id for s in subjects if s.rank <= BEYOND_RULE for c in s.changes}
     affected_ids |= {rid for s in subjects if s.rank <= FAILS for rid in s.records
@@ -516,6 +517,10 @@ def common_cause(run: RunResults, subjects: list[Subject], limit: int = 3
         return [], ""
     quiet = {rid for s in subjects if s.rank >= WITHIN_RULE for rid in s.records}
     tokens = {rid: aten_tokens(rec) for rid, rec in run.records.items()}
+    if baseline is not None:
+        for rid, found in tokens.items():
+            if found is None and rid in baseline.records:
+                tokens[rid] = aten_tokens(baseline.records[rid])
     hit = [tokens[r] for r in sorted(affected_ids) if tokens.get(r) is not None]
     calm = [tokens[r] for r in sorted(quiet) if tokens.get(r) is not None]
     if not hit:
