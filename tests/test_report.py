@@ -139,7 +139,7 @@ def test_common_cause_reads_the_baselines_aten_ops_when_the_run_lacks_them(finge
     run = copy.deepcopy(run)  # unchanged records are shared with the baseline
     for rec in run.records.values():
         rec.info = {}
-    [cause] = report.build(run, base).causes
+    cause = report.build(run, base).causes[0]
     assert (cause.token, cause.affected, cause.unchanged) == ("aten.clamp_min backward", 3, 0)
 
 
