@@ -250,7 +250,7 @@ def test_cli_report_on_two_stored_files(store, tmp_path, capsys):
                      str(tmp_path / "o.html"), "--md", str(tmp_path / "o.md")])
     out = capsys.readouterr().out.splitlines()
     assert code == 1 and out[0].startswith("VERDICT: NO-GO")
-    assert out[1] == "torch-2.3.0 -> torch-2.4.0 on cpu/x86-64-avx2 (baseline torch-2.3.0)"
+    assert out[1] == "torch-2.3.0 -> torch-2.4.0 on cpu/x86-64-avx2; baseline torch-2.3.0"
     assert f"report: {tmp_path / 'o.html'}" in out and f"report: {tmp_path / 'o.md'}" in out
     assert (tmp_path / "o.html").stat().st_size > 1000
 
@@ -260,8 +260,8 @@ def test_cli_report_picks_the_older_stack_in_the_store(store, tmp_path, capsys):
     (root / "cpu" / "x86-64-avx2" / "torch-2.4.0.json").unlink()  # only the older stack
     assert cli.main(["report", str(tmp_path / "results" / "run.json"),
                      "--baseline-dir", str(root)]) == 1
-    assert ("torch-2.3.0 -> torch-2.4.0 on cpu/x86-64-avx2 (baseline torch-2.3.0 (newest "
-            "stack older than torch-2.4.0: upgrade comparison))") in capsys.readouterr().out
+    assert ("torch-2.3.0 -> torch-2.4.0 on cpu/x86-64-avx2; baseline torch-2.3.0 (newest "
+            "stack older than torch-2.4.0: upgrade comparison)") in capsys.readouterr().out
 
 
 def test_cli_report_alone_says_not_compared(store, capsys):

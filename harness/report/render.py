@@ -28,7 +28,7 @@ def _compared_line(report: Report) -> str:
     old = report.baseline.fingerprint
     why = report.baseline_reason or report.baseline_name or old.get("stack_id")
     return (f"{old.get('stack_id')} -> {fp.get('stack_id')} on {fp.get('device_type')}/"
-            f"{fp.get('device_slug')} (baseline {why})")
+            f"{fp.get('device_slug')}; baseline {why}")
 
 
 def _summary(report: Report) -> str:
