@@ -100,6 +100,16 @@ def test_groups_are_ranked_capability_fails_beyond_rule_then_movers(fingerprint)
     assert rep.counts["ops"]["review"] == 9 and rep.counts["ops"]["regression"] == 1
 
 
+def test_harness_errors_make_the_report_no_go(fingerprint):
+    base, run = _runs(fingerprint)
+    for rid in ("ops/mm/float32/fwd/typical", "norm/bn/float32/eval",
+                "memory/oom/mlp/float32/none"):
+        del run.records[rid], base.records[rid]
+    assert report.build(run, base).verdict.level == "REVIEW"
+    rep = report.build(run, base, errors=["baseline error: corrupt"])
+    assert rep.verdict.level == "NO-GO" and "baseline error: corrupt" in rep.verdict.line
+
+
 def test_reproduce_line_names_node_device_seed_and_op_filter(fingerprint):
     base, run = _runs(fingerprint)
     rep = report.build(run, base)

@@ -313,7 +313,8 @@ def reproduce_line(records: list[Record], run: RunResults) -> str:
 
 def build(run: RunResults, baseline: Optional[RunResults] = None,
           findings: Optional[list] = None, verdict: Any = None, baseline_name: str = "",
-          not_compared: str = "", baseline_reason: str = "") -> Report:
+          not_compared: str = "", baseline_reason: str = "", errors: Iterable[str] = ()
+          ) -> Report:
     """The report of ``run`` against ``baseline`` (None: the run alone).
 
     ``findings`` default to :func:`harness.regress.compare` of the two runs, ``missing``
@@ -333,7 +334,7 @@ def build(run: RunResults, baseline: Optional[RunResults] = None,
     if verdict is None:
         failed = [n for n, outcome in run.outcomes.items() if outcome == "failed"]
         verdict = decide({rid: r.status for rid, r in run.records.items()}, findings,
-                         failed_tests=failed, compared=baseline is not None,
+                         failed_tests=failed, compared=baseline is not None, errors=errors,
                          baseline_statuses={rid: r.status for rid, r in baseline.records.items()}
                          if baseline is not None else None,
                          not_compared=not_compared or "no baseline given")
