@@ -153,6 +153,21 @@ def test_common_cause_reads_the_baselines_aten_ops_when_the_run_lacks_them(finge
     assert (cause.token, cause.affected, cause.unchanged) == ("aten.clamp_min backward", 3, 0)
 
 
+def test_dispatch_changes_name_the_ops_the_affected_gained_and_lost(fingerprint):
+    base, run = _runs(fingerprint)
+    now = {"fwd": BWD["fwd"], "bwd": ["aten.where", "aten.gt", "aten.mul"]}
+    for rec in run.records.values():
+        if rec.id.startswith("ops/triplet_margin_loss/bfloat16/bwd/"):
+            rec.info = {"aten_ops": now}
+    rep = report.build(run, base)
+    assert rep.dispatch_changes == ["+ aten.gt (in backward): in 3 of 3",
+                                    "- aten.ge (in backward): in 3 of 3"]
+    gt = next(c for c in rep.causes if c.token == "aten.gt (in backward)")
+    assert gt.new_since_baseline == 3 and "dispatched only since the baseline in 3 of 3" in gt.line
+    assert "dispatched differently since the baseline: + aten.gt" in "\n".join(
+        report.terminal_lines(rep))
+
+
 def test_stack_diff_marks_differences_and_flattens_cann_components(fingerprint):
     old = dict(fingerprint, device_type="npu", cann="8.0.RC3",
                cann_components={"CANN": "8.0.RC3", "HCCL": "8.0.RC3"})

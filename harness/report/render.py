@@ -79,6 +79,9 @@ def terminal_lines(report: Report, limit: int = 10) -> list[str]:
     lines.append("suites: " + "; ".join(counts))
     for cause in report.causes[:1]:
         lines.append(f"probable common cause: {cause.line}")
+    if report.dispatch_changes:
+        lines.append("dispatched differently since the baseline: "
+                     + "; ".join(report.dispatch_changes[:4]))
     if report.subjects:
         lines.append(f"{len(report.subjects)} group(s) to look at "
                      f"({report.finding_lines} finding lines), worst first:")
@@ -115,6 +118,9 @@ def markdown(report: Report, plots_note: str = "") -> str:
         out += [f"- {c.line}" for c in report.causes]  # a list item: pipes need no escape
     else:
         out.append(report.cause_note or "nothing to explain: no subject moved beyond its rule")
+    if report.dispatch_changes:
+        out += ["", "Dispatched differently since the baseline (affected records):", ""]
+        out += [f"- {line}" for line in report.dispatch_changes]
     out += ["", f"## Groups, ranked ({len(report.subjects)})", ""]
     if report.subjects:
         out += ["| # | subject | what | worst metric (old -> new, ratio) | rule | standard | "
@@ -245,6 +251,10 @@ def _html_cause(report: Report) -> list[str]:
                    "share among the unchanged.</p>")
     else:
         out.append(f'<p class="note">{_e(report.cause_note or "nothing to explain")}</p>')
+    if report.dispatch_changes:
+        out.append("<p>Dispatched differently since the baseline (affected records): "
+                   + "; ".join(f"<code>{_e(c)}</code>" for c in report.dispatch_changes)
+                   + "</p>")
     out.append("</section>")
     return out
 
