@@ -252,9 +252,9 @@ def _html_cause(report: Report) -> list[str]:
     else:
         out.append(f'<p class="note">{_e(report.cause_note or "nothing to explain")}</p>')
     if report.dispatch_changes:
-        out.append("<p>Dispatched differently since the baseline (affected records): "
-                   + "; ".join(f"<code>{_e(c)}</code>" for c in report.dispatch_changes)
-                   + "</p>")
+        out.append("<b>Dispatched differently since the baseline</b> (affected records):<ul>"
+                   + "".join(f"<li><code>{_e(c)}</code></li>" for c in report.dispatch_changes)
+                   + "</ul>")
     out.append("</section>")
     return out
 
