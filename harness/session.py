@@ -222,7 +222,8 @@ def _write_report(state: RunState) -> None:
             baseline_name=(selection.stack_id or "") if selection is not None else "",
             not_compared="" if base is not None else not_compared_reason(state),
             alerts=state.settings.alerts,
-            baseline_reason=selection.reason if base is not None else "")
+            baseline_reason=selection.reason if base is not None else "",
+            errors=list(state.errors))
         state.report = model
         state.written += [f"report: {p}" for p in paths]
     except Exception as exc:  # noqa: BLE001 - the run's results are written; say what failed

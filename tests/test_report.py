@@ -100,6 +100,16 @@ def test_groups_are_ranked_capability_fails_beyond_rule_then_movers(fingerprint)
     assert rep.counts["ops"]["review"] == 9 and rep.counts["ops"]["regression"] == 1
 
 
+def test_harness_errors_make_the_report_no_go(fingerprint):
+    base, run = _runs(fingerprint)
+    for rid in ("ops/mm/float32/fwd/typical", "norm/bn/float32/eval",
+                "memory/oom/mlp/float32/none"):
+        del run.records[rid], base.records[rid]
+    assert report.build(run, base).verdict.level == "REVIEW"
+    rep = report.build(run, base, errors=["baseline error: corrupt"])
+    assert rep.verdict.level == "NO-GO" and "baseline error: corrupt" in rep.verdict.line
+
+
 def test_reproduce_line_names_node_device_seed_and_op_filter(fingerprint):
     base, run = _runs(fingerprint)
     rep = report.build(run, base)
@@ -141,6 +151,21 @@ def test_common_cause_reads_the_baselines_aten_ops_when_the_run_lacks_them(finge
         rec.info = {}
     cause = report.build(run, base).causes[0]
     assert (cause.token, cause.affected, cause.unchanged) == ("aten.clamp_min backward", 3, 0)
+
+
+def test_dispatch_changes_name_the_ops_the_affected_gained_and_lost(fingerprint):
+    base, run = _runs(fingerprint)
+    now = {"fwd": BWD["fwd"], "bwd": ["aten.where", "aten.gt", "aten.mul"]}
+    for rec in run.records.values():
+        if rec.id.startswith("ops/triplet_margin_loss/bfloat16/bwd/"):
+            rec.info = {"aten_ops": now}
+    rep = report.build(run, base)
+    assert rep.dispatch_changes == ["+ aten.gt (in backward): in 3 of 3",
+                                    "- aten.ge (in backward): in 3 of 3"]
+    gt = next(c for c in rep.causes if c.token == "aten.gt (in backward)")
+    assert gt.new_since_baseline == 3 and "dispatched only since the baseline in 3 of 3" in gt.line
+    assert "dispatched differently since the baseline: + aten.gt" in "\n".join(
+        report.terminal_lines(rep))
 
 
 def test_stack_diff_marks_differences_and_flattens_cann_components(fingerprint):
@@ -250,7 +275,7 @@ def test_cli_report_on_two_stored_files(store, tmp_path, capsys):
                      str(tmp_path / "o.html"), "--md", str(tmp_path / "o.md")])
     out = capsys.readouterr().out.splitlines()
     assert code == 1 and out[0].startswith("VERDICT: NO-GO")
-    assert out[1] == "torch-2.3.0 -> torch-2.4.0 on cpu/x86-64-avx2 (baseline torch-2.3.0)"
+    assert out[1] == "torch-2.3.0 -> torch-2.4.0 on cpu/x86-64-avx2; baseline torch-2.3.0"
     assert f"report: {tmp_path / 'o.html'}" in out and f"report: {tmp_path / 'o.md'}" in out
     assert (tmp_path / "o.html").stat().st_size > 1000
 
@@ -260,8 +285,8 @@ def test_cli_report_picks_the_older_stack_in_the_store(store, tmp_path, capsys):
     (root / "cpu" / "x86-64-avx2" / "torch-2.4.0.json").unlink()  # only the older stack
     assert cli.main(["report", str(tmp_path / "results" / "run.json"),
                      "--baseline-dir", str(root)]) == 1
-    assert ("torch-2.3.0 -> torch-2.4.0 on cpu/x86-64-avx2 (baseline torch-2.3.0 (newest "
-            "stack older than torch-2.4.0: upgrade comparison))") in capsys.readouterr().out
+    assert ("torch-2.3.0 -> torch-2.4.0 on cpu/x86-64-avx2; baseline torch-2.3.0 (newest "
+            "stack older than torch-2.4.0: upgrade comparison)") in capsys.readouterr().out
 
 
 def test_cli_report_alone_says_not_compared(store, capsys):

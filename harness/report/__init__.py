@@ -10,7 +10,7 @@ sibling (Markdown); :func:`terminal_lines` is the terminal summary's share of it
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Iterable, Optional, Union
 
 from harness.report.aten import capture_aten_ops
 from harness.report.model import Report, build, subject_of
@@ -54,14 +54,16 @@ def write(report: Report, html_path: Optional[Union[str, Path]] = None,
 def write_for_session(run: RunResults, baseline: Optional[RunResults], findings: list,
                       verdict: Any, path: Union[str, Path], baseline_name: str = "",
                       not_compared: str = "", alerts: Optional[Union[str, Path]] = None,
-                      baseline_reason: str = "") -> tuple[Report, list[Path]]:
+                      baseline_reason: str = "", errors: Iterable[str] = ()
+                      ) -> tuple[Report, list[Path]]:
     """``--report PATH``: the run's report to ``PATH`` and its ``.md`` sibling.
 
     ``verdict`` may be None (then :func:`harness.verdict.decide` is asked here);
-    ``alerts`` is the ``--alerts`` path, whose Markdown sibling the report must not take.
+    ``alerts`` is the ``--alerts`` path, whose Markdown sibling the report must not take;
+    ``errors`` (the run's harness errors) count in that verdict.
     """
     report = build(run, baseline, findings, verdict, baseline_name=baseline_name,
-                   not_compared=not_compared, baseline_reason=baseline_reason)
+                   not_compared=not_compared, baseline_reason=baseline_reason, errors=errors)
     taken = Path(alerts).with_suffix(".md") if alerts is not None else None
     return report, write(report, path, markdown_path(path, taken))
 

@@ -142,11 +142,15 @@ class Cause:
     ops: list[str] = dataclasses.field(default_factory=list)
 
     tied: bool = False             # as likely as the candidate before it (same counts)
+    new_since_baseline: int = 0    # affected records that did not dispatch it in the baseline
 
     @property
     def line(self) -> str:
         text = (f"{self.token}: in {self.affected} of {self.affected_total} affected cases, "
                 f"{self.unchanged} of {self.unchanged_total} unchanged")
+        if self.new_since_baseline:
+            text += (f"; dispatched only since the baseline in {self.new_since_baseline} of "
+                     f"{self.affected_total}")
         if self.tied:
             text += " (tied with the one above: the records cannot tell them apart)"
         if self.op_filter:
@@ -178,6 +182,7 @@ class Report:
     counts: dict[str, dict[str, int]]  # suite -> status and finding-kind counts
     causes: list[Cause]
     cause_note: str
+    dispatch_changes: list[str]    # aten ops the affected records gained / lost since the baseline
     stack: list[StackRow]
     new: list[str]
     missing: list[str]
@@ -313,7 +318,8 @@ def reproduce_line(records: list[Record], run: RunResults) -> str:
 
 def build(run: RunResults, baseline: Optional[RunResults] = None,
           findings: Optional[list] = None, verdict: Any = None, baseline_name: str = "",
-          not_compared: str = "", baseline_reason: str = "") -> Report:
+          not_compared: str = "", baseline_reason: str = "", errors: Iterable[str] = ()
+          ) -> Report:
     """The report of ``run`` against ``baseline`` (None: the run alone).
 
     ``findings`` default to :func:`harness.regress.compare` of the two runs, ``missing``
@@ -333,7 +339,7 @@ def build(run: RunResults, baseline: Optional[RunResults] = None,
     if verdict is None:
         failed = [n for n, outcome in run.outcomes.items() if outcome == "failed"]
         verdict = decide({rid: r.status for rid, r in run.records.items()}, findings,
-                         failed_tests=failed, compared=baseline is not None,
+                         failed_tests=failed, compared=baseline is not None, errors=errors,
                          baseline_statuses={rid: r.status for rid, r in baseline.records.items()}
                          if baseline is not None else None,
                          not_compared=not_compared or "no baseline given")
@@ -350,10 +356,12 @@ def build(run: RunResults, baseline: Optional[RunResults] = None,
     for subject in sorted((s for s in subjects if s.rank == WITHIN_RULE), key=_sort_key):
         movers.setdefault(subject.suite, []).append(subject)
     causes, note = common_cause(run, subjects, baseline=baseline)
+    changes = dispatch_changes(run, baseline, {c.record_id for s in subjects
+                                               if s.rank <= BEYOND_RULE for c in s.changes})
     return Report(
         verdict=verdict, run=run, baseline=baseline, baseline_name=baseline_name,
         subjects=ranked, movers=movers, counts=_counts(run, findings), causes=causes,
-        cause_note=note, stack=stack_diff(baseline.fingerprint if baseline else None,
+        cause_note=note, dispatch_changes=changes, stack=stack_diff(baseline.fingerprint if baseline else None,
                                           run.fingerprint),
         new=sorted(f.record_id for f in findings if f.kind == "new"),
         missing=sorted(f.record_id for f in findings if f.kind == "missing"),
@@ -506,7 +514,8 @@ def common_cause(run: RunResults, subjects: list[Subject], limit: int = 3,
     ranks 0-2). Unchanged: records of the other subjects (within their rules). A candidate must be
     in at least half of the affected records and at most a quarter as common among the
     unchanged; candidates rank by (share among affected -
-    share among unchanged), then by fewest unchanged. Returns the causes and a note (why
+    share among unchanged), then by how many affected records dispatch it only since the
+    baseline, then by fewest unchanged. Returns the causes and a note (why
     there is none, when there is none). A record without ``info["aten_ops"]`` uses its
     baseline record's, if that has them (a baseline recorded with the capture).
     """
@@ -528,6 +537,8 @@ def common_cause(run: RunResults, subjects: list[Subject], limit: int = 3,
                     "no info['aten_ops'] (the op runner's dispatch capture); "
                     + _shared_fields(affected_ids))
     candidates = set().union(*hit)
+    before = {rid: aten_tokens(baseline.records[rid]) if baseline is not None
+              and rid in baseline.records else None for rid in affected_ids}
     scored = []
     for token in candidates:
         a = sum(token in t for t in hit)
@@ -535,18 +546,45 @@ def common_cause(run: RunResults, subjects: list[Subject], limit: int = 3,
         share, calm_share = a / len(hit), (u / len(calm) if calm else 0.0)
         if a * 2 < len(hit) or calm_share > share / 4:
             continue  # in too few affected records, or too common among the unchanged
-        score = share - calm_share
-        scored.append((-score, u, token, a))
+        fresh = sum(bool(tokens.get(rid) and before[rid] is not None and token in tokens[rid]
+                         and token not in before[rid]) for rid in affected_ids)
+        scored.append((-(share - calm_share), -fresh, u, token, a))
     scored.sort()
-    causes = []
-    for _, u, token, a in scored[:limit]:
+    causes: list[Cause] = []
+    for _, fresh, u, token, a in scored[:limit]:
         ops = sorted({rid.split("/")[1] for rid, t in tokens.items()
                       if t is not None and token in t and rid.split("/")[0] in ("ops",)})
-        tied = bool(causes) and (causes[-1].affected, causes[-1].unchanged) == (a, u)
+        tied = bool(causes) and (causes[-1].affected, causes[-1].unchanged,
+                                 causes[-1].new_since_baseline) == (a, u, -fresh)
         causes.append(Cause(token, a, len(hit), u, len(calm), _cause_filter(token, ops), ops,
-                            tied))
+                            tied, -fresh))
     note = "" if causes else "the affected records share no kernel the unchanged ones lack"
     return causes, note
+
+
+def dispatch_changes(run: RunResults, baseline: Optional[RunResults],
+                     affected: set[str]) -> list[str]:
+    """Aten ops the affected records dispatch now but not in the baseline (``+``), or the
+    reverse (``-``), with how many of them: a kernel's derivative that switched ops (a
+    ``ge`` that became a ``gt``) shows here directly."""
+    if baseline is None:
+        return []
+    gained: dict[str, int] = {}
+    lost: dict[str, int] = {}
+    pairs = 0
+    for rid in sorted(affected):
+        old = baseline.records.get(rid)
+        now = aten_tokens(run.records[rid]) if rid in run.records else None
+        before = aten_tokens(old) if old is not None else None
+        if now is None or before is None:
+            continue
+        pairs += 1
+        for token in now - before:
+            gained[token] = gained.get(token, 0) + 1
+        for token in before - now:
+            lost[token] = lost.get(token, 0) + 1
+    return ([f"+ {t}: in {n} of {pairs}" for t, n in sorted(gained.items(), key=lambda x: -x[1])]
+            + [f"- {t}: in {n} of {pairs}" for t, n in sorted(lost.items(), key=lambda x: -x[1])])
 
 
 def _cause_filter(token: str, ops: list[str]) -> str:

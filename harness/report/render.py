@@ -28,7 +28,7 @@ def _compared_line(report: Report) -> str:
     old = report.baseline.fingerprint
     why = report.baseline_reason or report.baseline_name or old.get("stack_id")
     return (f"{old.get('stack_id')} -> {fp.get('stack_id')} on {fp.get('device_type')}/"
-            f"{fp.get('device_slug')} (baseline {why})")
+            f"{fp.get('device_slug')}; baseline {why}")
 
 
 def _summary(report: Report) -> str:
@@ -79,6 +79,9 @@ def terminal_lines(report: Report, limit: int = 10) -> list[str]:
     lines.append("suites: " + "; ".join(counts))
     for cause in report.causes[:1]:
         lines.append(f"probable common cause: {cause.line}")
+    if report.dispatch_changes:
+        lines.append("dispatched differently since the baseline: "
+                     + "; ".join(report.dispatch_changes[:4]))
     if report.subjects:
         lines.append(f"{len(report.subjects)} group(s) to look at "
                      f"({report.finding_lines} finding lines), worst first:")
@@ -115,6 +118,9 @@ def markdown(report: Report, plots_note: str = "") -> str:
         out += [f"- {c.line}" for c in report.causes]  # a list item: pipes need no escape
     else:
         out.append(report.cause_note or "nothing to explain: no subject moved beyond its rule")
+    if report.dispatch_changes:
+        out += ["", "Dispatched differently since the baseline (affected records):", ""]
+        out += [f"- {line}" for line in report.dispatch_changes]
     out += ["", f"## Groups, ranked ({len(report.subjects)})", ""]
     if report.subjects:
         out += ["| # | subject | what | worst metric (old -> new, ratio) | rule | standard | "
@@ -245,6 +251,10 @@ def _html_cause(report: Report) -> list[str]:
                    "share among the unchanged.</p>")
     else:
         out.append(f'<p class="note">{_e(report.cause_note or "nothing to explain")}</p>')
+    if report.dispatch_changes:
+        out.append("<b>Dispatched differently since the baseline</b> (affected records):<ul>"
+                   + "".join(f"<li><code>{_e(c)}</code></li>" for c in report.dispatch_changes)
+                   + "</ul>")
     out.append("</section>")
     return out
 
