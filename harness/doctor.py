@@ -122,6 +122,8 @@ def run_checks(device: str = "auto", baseline_dir=None, *,
     if usable:
         chosen = device_mod.Device(wanted, 0, probes[wanted].count)
         fp = stack.fingerprint(chosen)
+        findings.append(Check(OK, "stack", f"{fp['stack_id']} on {fp['device_type']}/"
+                              f"{fp['device_slug']}"))
         findings.append(_baseline_finding(fp, Path(baseline_dir)))
     return findings, usable
 
