@@ -226,6 +226,12 @@ def matmul_samples(shapes: dict, *, kwargs=None) -> tuple[Sample, ...]:
     return tuple(out)
 
 
+def rounded_bound_ties(kwargs: dict) -> tuple[Sample, ...]:
+    """A quarter of the inputs at 0.3 as the dtype rounds it (Note [Ties at a rounded bound])."""
+    return (Sample("at_rounded_bound", (T((16, 64), "rounded_bound"),), dict(kwargs)),
+            Sample("large", (T((1024, 1024), "rounded_bound"),), dict(kwargs), slow=True))
+
+
 def ties(kwargs: dict | None = None) -> tuple[Sample, ...]:
     """Inputs exactly at an op's bounds (Note [Ties at a bound] in harness.ops.spec)."""
     kw = dict(kwargs or {})
@@ -635,6 +641,11 @@ CATALOG: tuple[OpEntry, ...] = (
     # inputs equal to the bound, forward and backward (Note [Ties at a bound])
     E("clamp_tie", torch.clamp, ties({"min": -0.5, "max": 0.75})),
     E("clamp_min_tie", torch.clamp_min, ties({"min": -0.5})),
+    E("clamp_min_rounded_bound", torch.clamp_min, rounded_bound_ties({"min": 0.3}),
+      standard="absolute", note="Note [Ties at a rounded bound]: the gradient at the DUT's "
+      "own tie shows against the reference and moves when the convention changes"),
+    E("clamp_rounded_bound", torch.clamp, rounded_bound_ties({"min": 0.3, "max": 0.75}),
+      standard="absolute", note="Note [Ties at a rounded bound]"),
     E("clamp_max_tie", torch.clamp_max, ties({"max": 0.75})),
     E("hardtanh_tie", F.hardtanh, ties({"min_val": -0.5, "max_val": 0.75})),
     E("relu6_tie", F.relu6, ties()),

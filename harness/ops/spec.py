@@ -200,6 +200,23 @@ def _ties(shape: Sequence[int], gen: torch.Generator) -> torch.Tensor:
     return torch.where(torch.rand(tuple(shape), generator=gen) < 1 / 3, on_bound, pick)
 
 
+# Note [Ties at a rounded bound]: a bound that is *not* representable (0.3) still ties on
+# the DUT, where an input is 0.3 as its dtype rounds it and the op compares it with the
+# bound rounded the same way, while the up-cast reference sees the rounded input above 0.3
+# and no tie. So the gradient the DUT's kernel gives at its tie shows against the
+# reference, and a change of that convention between stacks (torch 2.14.1's clamp_min
+# backward passes no gradient at the bound where 2.13.0 passed it) shows on the op itself
+# as a baseline change, while the CPU in the same dtype ties alike (Note [CPU's own
+# error]). Exactly representable bounds (Note [Ties at a bound]) tie in the reference too.
+ROUNDED_BOUND = 0.3
+
+
+def _rounded_bound_ties(shape: Sequence[int], gen: torch.Generator) -> torch.Tensor:
+    values = torch.randn(tuple(shape), generator=gen)
+    return torch.where(torch.rand(tuple(shape), generator=gen) < 0.25,
+                       torch.full(tuple(shape), ROUNDED_BOUND), values)
+
+
 DOMAINS: dict[str, Callable[[Sequence[int], torch.Generator], torch.Tensor]] = {
     "normal": _scaled_normal(1.0),
     "positive": _uniform(0.25, 4.0),        # log, sqrt, rsqrt, reciprocal, pow base
@@ -214,6 +231,7 @@ DOMAINS: dict[str, Callable[[Sequence[int], torch.Generator], torch.Tensor]] = {
     "wide": _scaled_normal(3.0),            # exp/sinh inputs that reach far but stay finite
     "near1": _uniform(0.8, 1.25),           # products (prod, cumprod) that stay in range
     "ties": _ties,                          # Note [Ties at a bound]
+    "rounded_bound": _rounded_bound_ties,   # Note [Ties at a rounded bound]
     "nonfinite": lambda shape, gen: _nonfinite(shape, gen),  # nan_to_num's replacements
 }
 
