@@ -78,6 +78,13 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _positive_int(text: str) -> int:
+    value = _non_negative_int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be >= 1")
+    return value
+
+
 def _stack_id(text: str) -> str:
     try:
         split_stack_id(text)
@@ -141,6 +148,10 @@ OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
     (("--dist-timeout",), dict(default=120.0, metavar="SECONDS", type=_positive_float,
                                help="Kill a distributed check's ranks after this long and "
                                     "fail naming the hung ranks. Default: %(default)r")),
+    (("--bench-runs",), dict(default=1, metavar="K", type=_positive_int,
+                             help="Repeat the selected benchmarks in K fresh processes (this "
+                                  "one and K-1 children) and judge all K runs (record: store "
+                                  "all K). Default: %(default)r")),
 ]
 
 
@@ -168,6 +179,7 @@ class Settings:
     op_budget: float = 600.0
     training_scale: str = "small"
     dist_timeout: float = 120.0
+    bench_runs: int = 1
 
 
 def _names_marker(markexpr: str, marker: str) -> bool:
@@ -197,6 +209,7 @@ def _settings(config: pytest.Config) -> Settings:
         run_benchmarks=bool(opt("run_benchmarks")) or _names_marker(markexpr, "benchmark"),
         op_filter=opt("op_filter"), op_budget=opt("op_budget"),
         training_scale=opt("training_scale"), dist_timeout=opt("dist_timeout"),
+        bench_runs=opt("bench_runs"),
     )
 
 

@@ -1,0 +1,194 @@
+"""Timing through pytest-benchmark, with the device synchronised inside each round.
+
+Note [A timed round]
+~~~~~~~~~~~~~~~~~~~~
+pytest-benchmark's ``benchmark.pedantic`` runs the rounds, keeps the host timer, the
+statistics and its JSON (``--benchmark-json``, ``--benchmark-save``). A round here is
+``inner`` calls of the workload's step inside one outermost DUT scope (so faults apply,
+and a whole-step fault sees the round), followed by ``device.synchronize()`` inside the
+round: host time then includes the device's work. On accelerators a device event pair
+around the steps gives the device time as well. Host >> device (beyond
+:data:`HOST_BOUND_RATIO`) means the round is dominated by launch overhead or host work
+(flagged ``host_bound``); device > host means the synchronisation is missing (the host
+timer stopped before the device finished: flagged ``sync_missing``). ``inner`` is
+calibrated here (not by pytest-benchmark) so that a round lasts at least
+:data:`MIN_ROUND_S`: pytest-benchmark's own calibration would call the step repeatedly
+without a sync between calls. The number of rounds follows from the time budget.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import statistics
+import time
+from typing import Callable, Optional
+
+from harness.bench.stats import MAD_TO_SIGMA
+from harness.results import Rule, lower
+
+MIN_ROUND_S = 0.002
+HOST_BOUND_RATIO = 1.5
+DEFAULT_BUDGET_S = 0.4
+MIN_ROUNDS, MAX_ROUNDS = 5, 60
+SLOW_STEP_S = 0.02  # steps slower than this get no extra warm-up round
+THREADS_ENV = "HARNESS_BENCH_THREADS"
+CPU_THREADS = 1
+
+
+@dataclasses.dataclass
+class RunStat:
+    """One process run of one benchmark: the statistic the verdict uses (``value``)."""
+
+    value: float                  # median ms per step (or a ratio for ratio benchmarks)
+    spread: float = 0.0           # within-run robust spread, same unit
+    rounds: int = 0
+    inner: int = 1
+    device_ms: Optional[float] = None
+    pid: int = dataclasses.field(default_factory=os.getpid)
+
+    def to_json(self) -> dict:
+        out = {"value": self.value, "spread": self.spread, "rounds": self.rounds,
+               "inner": self.inner, "pid": self.pid}
+        if self.device_ms is not None:
+            out["device_ms"] = self.device_ms
+        return out
+
+
+def run_values(runs) -> list[float]:
+    """The ``value`` of each stored per-run entry (``info["runs"]``), skipping bad ones."""
+    out = []
+    for run in runs or ():
+        value = run.get("value") if isinstance(run, dict) else None
+        if isinstance(value, (int, float)) and value > 0:
+            out.append(float(value))
+    return out
+
+
+def _mad(values) -> float:
+    centre = statistics.median(values)
+    return MAD_TO_SIGMA * statistics.median(abs(v - centre) for v in values)
+
+
+def calibrate(step: Callable[[], object], device, *, warmup: int = 1) -> tuple[int, float]:
+    """Steps per round so a round lasts >= MIN_ROUND_S, and the seconds of one step."""
+    for _ in range(warmup):
+        step()
+    device.synchronize()
+    inner, elapsed = 1, 0.0
+    while True:
+        start = time.perf_counter()
+        for _ in range(inner):
+            step()
+        device.synchronize()
+        elapsed = time.perf_counter() - start
+        if elapsed >= MIN_ROUND_S or inner >= 1 << 16:
+            return inner, elapsed / inner
+        inner *= 2 if elapsed <= 0 else max(2, min(16, int(MIN_ROUND_S / elapsed) + 1))
+
+
+def bench_rounds(benchmark, step: Callable[[], object], device, *,
+                 budget_s: float = DEFAULT_BUDGET_S, warmup: int = 1,
+                 rounds: Optional[int] = None) -> tuple[RunStat, dict]:
+    """Time ``step`` with pytest-benchmark (Note [A timed round]).
+
+    Returns the run statistic (ms per step) and flags for the record's ``info``.
+    """
+    inner, one = calibrate(step, device, warmup=warmup)
+    if rounds is None:
+        rounds = int(min(MAX_ROUNDS, max(MIN_ROUNDS, budget_s / max(one * inner, 1e-9))))
+    device_ms: list[float] = []
+
+    def one_round():
+        timer = device.event_timer() if device.is_accelerator else None
+        with device.scope():
+            if timer is not None:
+                timer.start()
+            for _ in range(inner):
+                step()
+            if timer is not None:
+                timer.stop()
+            device.synchronize()
+        if timer is not None:
+            device_ms.append(timer.elapsed_ms())
+
+    benchmark.pedantic(one_round, rounds=rounds, iterations=1,
+                       warmup_rounds=0 if one * inner > SLOW_STEP_S else 1)
+    host_ms = [s * 1e3 / inner for s in benchmark.stats.stats.data]
+    stat = RunStat(statistics.median(host_ms), _mad(host_ms), len(host_ms), inner)
+    flags: dict = {}
+    if device_ms:
+        dev = statistics.median(device_ms[1:] or device_ms) / inner
+        stat.device_ms = dev
+        if stat.value > HOST_BOUND_RATIO * dev:
+            flags["host_bound"] = (f"host {stat.value:.4g} ms >> device {dev:.4g} ms per step: "
+                                   "launch overhead or host work dominates")
+        if dev > 1.1 * stat.value:
+            flags["sync_missing"] = (f"device {dev:.4g} ms > host {stat.value:.4g} ms: the "
+                                     "round did not wait for the device")
+    benchmark.extra_info.update({"inner": inner, "ms_per_step": stat.value,
+                                 "device_ms": stat.device_ms})
+    return stat, flags
+
+
+def time_plain(step: Callable[[], object], device, *, rounds: int, inner: int = 1) -> RunStat:
+    """Time ``step`` without pytest-benchmark (a reference step of a ratio benchmark)."""
+    samples = []
+    for _ in range(rounds):
+        with device.scope():
+            start = time.perf_counter()
+            for _ in range(inner):
+                step()
+            device.synchronize()
+            samples.append((time.perf_counter() - start) * 1e3 / inner)
+    return RunStat(statistics.median(samples), _mad(samples), rounds, inner)
+
+
+def bench_threads(device) -> Optional[int]:
+    """Intra-op threads for benchmarks on the CPU (one, for stable timings on shared hosts:
+    ``HARNESS_BENCH_THREADS`` overrides); None on accelerators (leave torch's setting)."""
+    if device.is_accelerator:
+        return None
+    return int(os.environ.get(THREADS_ENV, CPU_THREADS))
+
+
+# ----------------------------------------------------------------- the old interface
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """Samples of one process (kept for callers of the old ``harness.bench`` API)."""
+
+    samples_ms: tuple[float, ...]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples_ms)
+
+    @property
+    def spread(self) -> float:
+        return _mad(self.samples_ms)
+
+    def metrics(self) -> dict[str, float]:
+        return {"ms": self.median, "ms.spread": self.spread, "ms.min": min(self.samples_ms)}
+
+
+def timing_rule(rel: float = 1.25, noise: float = 4.0) -> dict[str, Rule]:
+    """The old one-process rule (ratio and combined spreads); benchmarks now use
+    :func:`harness.bench.stats.judge` instead."""
+    return {"ms": lower(rel=rel, noise=noise)}
+
+
+def measure(fn: Callable[[], object], device, *, warmup: int = 3, repeat: int = 15) -> Timing:
+    """Time ``fn`` ``repeat`` times after ``warmup`` calls, synchronising the device."""
+    for _ in range(warmup):
+        fn()
+    device.synchronize()
+    samples = []
+    for _ in range(repeat):
+        timer = device.event_timer()
+        timer.start()
+        fn()
+        timer.stop()
+        device.synchronize()
+        samples.append(timer.elapsed_ms())
+    return Timing(tuple(samples))
