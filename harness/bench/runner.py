@@ -76,22 +76,23 @@ class BenchContext:
         try:
             prepared: Prepared = workload.build(self.device, self.scale)
         except Unsupported as exc:
+            benchmark.skipped = True  # pytest-benchmark: not timed on purpose (no warning)
             recorder.record(record_id, status="unsupported", message=str(exc),
                             info={"bench_verdict": "unsupported", "reason": str(exc)})
             return None
         try:
             own, flags = bench_rounds(benchmark, prepared.step, self.device,
-                                      budget_s=workload.budget_s)
+                                      budget_s=workload.budget_s, clock=workload.clock)
             metrics = {"ms": own.value}
             if workload.kind == "ratio":
                 plain = time_plain(prepared.reference, self.device, rounds=own.rounds,
-                                   inner=own.inner)
+                                   inner=own.inner, clock=workload.clock)
                 metrics = {"ms": own.value, "reference_ms": plain.value}
                 own = dataclasses.replace(own, value=own.value / plain.value,
                                           spread=own.spread / plain.value)
         finally:
             prepared.close()
         return self.record(recorder, record_id, own, policy=workload.policy, metrics=metrics,
-                           info=flags or None,
+                           info=flags,
                            per_unit=None if workload.kind == "ratio"
                            else (prepared.units, prepared.unit))

@@ -7,7 +7,10 @@ statistics and its JSON (``--benchmark-json``, ``--benchmark-save``). A round he
 ``inner`` calls of the workload's step inside one outermost DUT scope (so faults apply,
 and a whole-step fault sees the round), followed by ``device.synchronize()`` inside the
 round: host time then includes the device's work. On accelerators a device event pair
-around the steps gives the device time as well. Host >> device (beyond
+around the steps gives the device time; on the CPU the device time is the process's CPU
+time (``time.process_time``), which a neighbour preempting the process does not
+inflate: that is the statistic the verdict judges unless a workload says
+``clock="host"``. Host >> device (beyond
 :data:`HOST_BOUND_RATIO`) means the round is dominated by launch overhead or host work
 (flagged ``host_bound``); device > host means the synchronisation is missing (the host
 timer stopped before the device finished: flagged ``sync_missing``). ``inner`` is
@@ -89,10 +92,13 @@ def calibrate(step: Callable[[], object], device, *, warmup: int = 1) -> tuple[i
 
 def bench_rounds(benchmark, step: Callable[[], object], device, *,
                  budget_s: float = DEFAULT_BUDGET_S, warmup: int = 1,
-                 rounds: Optional[int] = None) -> tuple[RunStat, dict]:
+                 rounds: Optional[int] = None, clock: str = "device") -> tuple[RunStat, dict]:
     """Time ``step`` with pytest-benchmark (Note [A timed round]).
 
-    Returns the run statistic (ms per step) and flags for the record's ``info``.
+    ``clock="device"`` judges the device's own time per step (events on accelerators,
+    the process's CPU time on the CPU, which neighbours on a shared host cannot inflate
+    by preempting it); ``clock="host"`` judges wall time (work in other processes:
+    DataLoader workers). Returns the run statistic (ms per step) and flags for ``info``.
     """
     inner, one = calibrate(step, device, warmup=warmup)
     if rounds is None:
@@ -102,6 +108,7 @@ def bench_rounds(benchmark, step: Callable[[], object], device, *,
     def one_round():
         timer = device.event_timer() if device.is_accelerator else None
         with device.scope():
+            cpu = time.process_time()
             if timer is not None:
                 timer.start()
             for _ in range(inner):
@@ -109,38 +116,46 @@ def bench_rounds(benchmark, step: Callable[[], object], device, *,
             if timer is not None:
                 timer.stop()
             device.synchronize()
-        if timer is not None:
-            device_ms.append(timer.elapsed_ms())
+            cpu = time.process_time() - cpu
+        device_ms.append(timer.elapsed_ms() if timer is not None else cpu * 1e3)
 
-    benchmark.pedantic(one_round, rounds=rounds, iterations=1,
-                       warmup_rounds=0 if one * inner > SLOW_STEP_S else 1)
+    warm = 0 if one * inner > SLOW_STEP_S else 1
+    benchmark.pedantic(one_round, rounds=rounds, iterations=1, warmup_rounds=warm)
     host_ms = [s * 1e3 / inner for s in benchmark.stats.stats.data]
-    stat = RunStat(statistics.median(host_ms), _mad(host_ms), len(host_ms), inner)
-    flags: dict = {}
-    if device_ms:
-        dev = statistics.median(device_ms[1:] or device_ms) / inner
-        stat.device_ms = dev
-        if stat.value > HOST_BOUND_RATIO * dev:
-            flags["host_bound"] = (f"host {stat.value:.4g} ms >> device {dev:.4g} ms per step: "
-                                   "launch overhead or host work dominates")
-        if dev > 1.1 * stat.value:
-            flags["sync_missing"] = (f"device {dev:.4g} ms > host {stat.value:.4g} ms: the "
-                                     "round did not wait for the device")
-    benchmark.extra_info.update({"inner": inner, "ms_per_step": stat.value,
-                                 "device_ms": stat.device_ms})
+    dev_ms = [d / inner for d in device_ms[warm:]] or [d / inner for d in device_ms]
+    host = statistics.median(host_ms)
+    dev = statistics.median(dev_ms)
+    use_device = clock == "device"
+    stat = RunStat(dev if use_device else host, _mad(dev_ms if use_device else host_ms),
+                   len(host_ms), inner, device_ms=dev)
+    flags: dict = {"host_ms": host, "clock": "device" if use_device else "host"}
+    if host > HOST_BOUND_RATIO * dev:
+        flags["host_bound"] = (f"host {host:.4g} ms >> device {dev:.4g} ms per step: " + (
+            "launch overhead or host work dominates" if device.is_accelerator else
+            "the process waited for a CPU (a busy host) or for other processes"))
+    if dev > 1.1 * host and device.is_accelerator:
+        flags["sync_missing"] = (f"device {dev:.4g} ms > host {host:.4g} ms: the round did "
+                                 "not wait for the device")
+    benchmark.extra_info.update({"inner": inner, "ms_per_step": stat.value, "host_ms": host,
+                                 "device_ms": dev})
     return stat, flags
 
 
-def time_plain(step: Callable[[], object], device, *, rounds: int, inner: int = 1) -> RunStat:
-    """Time ``step`` without pytest-benchmark (a reference step of a ratio benchmark)."""
+def time_plain(step: Callable[[], object], device, *, rounds: int, inner: int = 1,
+               clock: str = "device") -> RunStat:
+    """Time ``step`` without pytest-benchmark (the reference step of a ratio benchmark),
+    with the same clock as :func:`bench_rounds` (CPU time on the CPU; wall time after a
+    sync on accelerators)."""
+    now = time.process_time if clock == "device" and not device.is_accelerator \
+        else time.perf_counter
     samples = []
     for _ in range(rounds):
         with device.scope():
-            start = time.perf_counter()
+            start = now()
             for _ in range(inner):
                 step()
             device.synchronize()
-            samples.append((time.perf_counter() - start) * 1e3 / inner)
+            samples.append((now() - start) * 1e3 / inner)
     return RunStat(statistics.median(samples), _mad(samples), rounds, inner)
 
 

@@ -45,6 +45,7 @@ class Workload:
     policy: Policy = Policy()
     budget_s: float = 0.6
     kind: str = "step"                 # step | ratio
+    clock: str = "device"              # device | host (Note [A timed round])
 
 
 # ------------------------------------------------------------------- training steps
@@ -265,8 +266,9 @@ WORKLOADS: list[Workload] = [
     Workload("bench/op/embedding/float32/bwd/v10000d128", _embedding_bwd),
     Workload("bench/op/launch_overhead/float32/add_1elem", _launch),
     Workload("bench/dataloader/workers0/pin0", _loader(0, False)),
-    Workload("bench/dataloader/workers2/pin0", _loader(2, False), policy=NOISY),
-    Workload("bench/dataloader/workers2/pin1", _loader(2, True), policy=NOISY),
+    Workload("bench/dataloader/workers2/pin0", _loader(2, False), policy=NOISY,
+             clock="host"),
+    Workload("bench/dataloader/workers2/pin1", _loader(2, True), policy=NOISY, clock="host"),
     Workload("bench/checkpoint/deepmlp/float32/time_ratio", _checkpoint_ratio, kind="ratio"),
 ]
 BY_ID = {w.id: w for w in WORKLOADS}

@@ -6,6 +6,8 @@ Logic lives in :mod:`harness.bench`; see Note [K process runs] in
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 from harness.bench import runs as bench_runs
@@ -28,11 +30,15 @@ def bench(request: pytest.FixtureRequest, harness_state) -> BenchContext:
         nodeids = [item.nodeid for item in request.session.items
                    if item.nodeid.startswith(BENCH_DIR) and item.get_closest_marker("benchmark")
                    and not item.get_closest_marker("skip")]
-        reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+        plugins = request.config.pluginmanager
+        reporter = plugins.get_plugin("terminalreporter")
+        capture = plugins.get_plugin("capturemanager")
 
-        def say(line: str) -> None:
-            if reporter is not None:
-                reporter.write_line(f"\n[harness] {line}")
+        def say(line: str) -> None:  # progress on long runs, past pytest's capture
+            if reporter is None:
+                return
+            with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+                reporter.write_line(f"[harness] {line}")
 
         say(f"--bench-runs {settings.bench_runs}: {settings.bench_runs - 1} child run(s) of "
             f"{len(nodeids)} benchmarks first, then this process")
