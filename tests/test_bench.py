@@ -140,27 +140,29 @@ def test_the_step_fault_is_proportional_to_the_work_it_slows():
     from harness.fault_catalog.bench import _slower_scope
 
     device = Device("cpu")
-    start = time.perf_counter()
+    start = time.process_time()
     with _slower_scope(device, 0.5):
-        time.sleep(0.05)
-    assert 0.07 < time.perf_counter() - start < 0.5  # 0.05 s plus half of it, spun
+        spin_for = time.process_time() + 0.04
+        while time.process_time() < spin_for:
+            pass
+    assert 0.055 < time.process_time() - start < 0.075  # 0.04 s of work plus half of it
 
 
 def test_the_amp_fault_leaves_fp32_alone():
     import torch
 
-    from harness.fault_catalog.bench import _slower_scope
+    from harness.fault_catalog.bench import _slower_scope, spin
 
     device = Device("cpu")
-    start = time.perf_counter()
+    start = time.process_time()
     with _slower_scope(device, 1.0, only_amp=True):
-        time.sleep(0.03)
-    plain = time.perf_counter() - start
-    start = time.perf_counter()
+        spin(0.03, time.process_time)
+    plain = time.process_time() - start
+    start = time.process_time()
     with _slower_scope(device, 1.0, only_amp=True):
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            time.sleep(0.03)
-    assert plain < 0.05 < time.perf_counter() - start
+            spin(0.03, time.process_time)
+    assert plain < 0.045 < time.process_time() - start
 
 
 # ------------------------------------------------------ pytest-benchmark glue

@@ -203,10 +203,12 @@ def main(*, runs: int, slowdown: float = 0.15, as_json: bool = False, root: Path
     policies = {w.id: w.policy for w in WORKLOADS}
     rows = judge_all(values, keep=keep, compare_runs=compare_runs, slowdown=slowdown,
                      policies=policies)
+    doc = {"runs": runs, "slowdown": slowdown, "fault": fault, "compare_runs": compare_runs,
+           "rows": [r.to_json() for r in rows], "values": values}
+    if keep_dir is not None:
+        (keep_dir / "bench-eval.json").write_text(json.dumps(doc, indent=1))
     if as_json:
-        print(json.dumps({"runs": runs, "slowdown": slowdown, "fault": fault,
-                          "compare_runs": compare_runs, "rows": [r.to_json() for r in rows],
-                          "values": values}, indent=1))
+        print(json.dumps(doc, indent=1))
     else:
         print(table(rows, n=runs, slowdown=slowdown, compare_runs=compare_runs))
     return 0 if rows else 1

@@ -6,7 +6,8 @@ pytest-benchmark's ``benchmark.pedantic`` runs the rounds, keeps the host timer,
 statistics and its JSON (``--benchmark-json``, ``--benchmark-save``). A round here is
 ``inner`` calls of the workload's step inside one outermost DUT scope (so faults apply,
 and a whole-step fault sees the round), followed by ``device.synchronize()`` inside the
-round: host time then includes the device's work. On accelerators a device event pair
+round: host time then includes the device's work. The device clocks start before the
+scope is entered and stop after it is left, so what a fault does on leaving it counts. On accelerators a device event pair
 around the steps gives the device time; on the CPU the device time is the process's CPU
 time (``time.process_time``), which a neighbour preempting the process does not
 inflate: that is the statistic the verdict judges unless a workload says
@@ -107,16 +108,16 @@ def bench_rounds(benchmark, step: Callable[[], object], device, *,
 
     def one_round():
         timer = device.event_timer() if device.is_accelerator else None
+        cpu = time.process_time()  # both clocks outside the scope: a fault's exit counts
+        if timer is not None:
+            timer.start()
         with device.scope():
-            cpu = time.process_time()
-            if timer is not None:
-                timer.start()
             for _ in range(inner):
                 step()
-            if timer is not None:
-                timer.stop()
             device.synchronize()
-            cpu = time.process_time() - cpu
+        if timer is not None:
+            timer.stop()
+        cpu = time.process_time() - cpu
         device_ms.append(timer.elapsed_ms() if timer is not None else cpu * 1e3)
 
     warm = 0 if one * inner > SLOW_STEP_S else 1
@@ -150,12 +151,12 @@ def time_plain(step: Callable[[], object], device, *, rounds: int, inner: int = 
         else time.perf_counter
     samples = []
     for _ in range(rounds):
+        start = now()
         with device.scope():
-            start = now()
             for _ in range(inner):
                 step()
             device.synchronize()
-            samples.append((now() - start) * 1e3 / inner)
+        samples.append((now() - start) * 1e3 / inner)
     return RunStat(statistics.median(samples), _mad(samples), rounds, inner)
 
 

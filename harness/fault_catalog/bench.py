@@ -6,6 +6,8 @@ A fault that sleeps 200 ms per call is a 100x slow-down and proves nothing about
 10-20% regressions an upgrade really brings. These time what they slow and then spin
 (busy-wait, as a slower kernel would occupy the device) for ``fraction`` of it:
 
+On the CPU both the timing and the spin use the process's CPU time (``clock_of``).
+
 * ``bench.slow_step_<p>``: the whole DUT scope. The timing glue enters one outermost
   DUT scope per timed round (Note [A timed round] in :mod:`harness.bench.timing`), so
   every round of every benchmark is ``p`` percent slower, with no per-op overhead.
@@ -34,11 +36,19 @@ STEP_CHECKS = (MM_CHECK,
 AMP_CHECK = "suites/bench/test_throughput.py::test_benchmark[train/simplecnn/bfloat16-amp/step]"
 
 
-def spin(seconds: float) -> None:
-    """Busy-wait ``seconds`` (a sleep would free the core, which a slow kernel does not)."""
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
+def spin(seconds: float, clock=time.perf_counter) -> None:
+    """Busy-wait until ``clock`` advanced ``seconds`` (a sleep would free the core, which a
+    slow kernel does not)."""
+    end = clock() + seconds
+    while clock() < end:
         pass
+
+
+def clock_of(device):
+    """The clock a slow-down is proportional in: the process's CPU time on the CPU (what
+    its benchmarks judge; a wall-clock spin on a contended host gets a different share of
+    the core than the work did), wall time on accelerators (the host delays the device)."""
+    return time.perf_counter if device.is_accelerator else time.process_time
 
 
 @contextlib.contextmanager
@@ -55,12 +65,13 @@ def _slower_scope(device, fraction: float, *, only_amp: bool = False):
 
     if only_amp:
         klass.__enter__ = enter
-    start = time.perf_counter()
+    clock = clock_of(device)
+    start = clock()
     try:
         yield
         device.synchronize()
         if entered or not only_amp:
-            spin(fraction * (time.perf_counter() - start))
+            spin(fraction * (clock() - start), clock)
     finally:
         if only_amp:
             klass.__enter__ = original
@@ -69,15 +80,17 @@ def _slower_scope(device, fraction: float, *, only_amp: bool = False):
 def _slow_op_mode(device, op: str, fraction: float):
     from torch.utils._python_dispatch import TorchDispatchMode
 
+    clock = clock_of(device)
+
     class SlowOp(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             if op not in (str(func), str(func.overloadpacket)):
                 return func(*args, **(kwargs or {}))
             device.synchronize()
-            start = time.perf_counter()
+            start = clock()
             out = func(*args, **(kwargs or {}))
             device.synchronize()
-            spin(fraction * (time.perf_counter() - start))
+            spin(fraction * (clock() - start), clock)
             return out
 
     return SlowOp()
