@@ -163,7 +163,8 @@ def _cmd_bench_eval(args: argparse.Namespace) -> int:
     return evaluate.main(runs=args.runs, slowdown=args.slowdown, as_json=args.json, root=ROOT,
                          device=args.device, select=args.select, scale=args.training_scale,
                          compare_runs=args.compare_runs,
-                         keep_dir=Path(args.keep_dir) if args.keep_dir else None)
+                         keep_dir=Path(args.keep_dir) if args.keep_dir else None,
+                         jobs=args.jobs)
 
 
 def _add_bench_eval(sub) -> None:
@@ -182,6 +183,9 @@ def _add_bench_eval(sub) -> None:
                     metavar="SCALE", help="Training scale. Default: small")
     ev.add_argument("--keep-dir", default=None, metavar="PATH",
                     help="Keep every run's results here. Default: a temporary folder")
+    ev.add_argument("--jobs", type=int, default=1, choices=(1, 2, 3), metavar="N",
+                    help="Phases of a round run side by side (3: baseline, A/A and fault "
+                         "together). Default: 1")
     ev.add_argument("--json", action="store_true", help="Machine-readable output")
     ev.set_defaults(func=_cmd_bench_eval)
 

@@ -251,9 +251,8 @@ def test_bench_runs_record_k_process_runs_and_compare_judges_them(tmp_path):
     assert first.returncode == 0, first.stdout[-3000:]
     assert "bench run 1/2 (child)" in first.stdout
     runs = _stored(tmp_path)["info"]["runs"]
-    assert len(runs) == 2 and len({r["pid"] for r in runs}) == 2
-    second = _suite("--bench-runs", "2", "--baseline", "record", tmp=tmp_path)
-    assert second.returncode == 0 and len(_stored(tmp_path)["info"]["runs"]) == 4  # appended
-    compare = _suite("--bench-runs", "2", tmp=tmp_path)
-    assert "benchmark verdicts" in compare.stdout
-    assert "2 run(s) vs 4 baseline run(s)" in compare.stdout
+    assert len(runs) == 2 and len({r["pid"] for r in runs}) == 2  # two processes
+    compare = _suite(tmp=tmp_path)  # one run against two: too few to decide, said so
+    assert compare.returncode == 0, compare.stdout[-3000:]
+    assert "unreliable" in compare.stdout and "1 run(s) vs 2 baseline run(s)" in compare.stdout
+    assert "record with --bench-runs 3" in compare.stdout

@@ -73,6 +73,11 @@ class BenchContext:
 
     def run(self, workload: Workload, benchmark, recorder, record_id: str):
         """Build, time and record one workload (``unsupported`` with the reason)."""
+        if getattr(benchmark, "disabled", False):
+            recorder.record(record_id, status="skip", message="pytest-benchmark is disabled "
+                            "(--benchmark-disable, or pytest-xdist is active): nothing timed",
+                            info={"bench_verdict": "skip"})
+            return None
         try:
             prepared: Prepared = workload.build(self.device, self.scale)
         except Unsupported as exc:

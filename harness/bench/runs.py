@@ -38,8 +38,7 @@ def child_command(nodeids: Sequence[str], results_dir: Path, *, device: str, see
     """The pytest command line of one child run."""
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                "--run-benchmarks", "--baseline", "off", "--results-dir", str(results_dir),
-               "--device", device, "--seed", str(seed), "--training-scale", scale,
-               "--benchmark-disable-gc", *extra]
+               "--device", device, "--seed", str(seed), "--training-scale", scale, *extra]
     for fault in faults:
         command += ["--inject-fault", fault]
     return command + list(nodeids)

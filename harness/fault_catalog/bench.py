@@ -17,7 +17,7 @@ On the CPU both the timing and the spin use the process's CPU time (``clock_of``
 * ``bench.amp_slow_15``: the whole round, but only when an autocast region was entered
   in it: a throughput regression under AMP only (fp32 steps keep their speed).
 
-The checks run with ``--bench-runs 5`` (clean baseline and fault run alike) since a
+The checks run with ``--bench-runs 4`` (clean baseline and fault run alike) since a
 single process run is at most ``suspicious`` (Note [Bench verdict]).
 """
 
@@ -28,7 +28,7 @@ import time
 
 from harness.faults import Fault
 
-BENCH_ARGS = ("--run-benchmarks", "--bench-runs", "5")
+BENCH_ARGS = ("--run-benchmarks", "--bench-runs", "4")
 MM_CHECK = "suites/bench/test_throughput.py::test_benchmark[op/mm/float32/n256]"
 STEP_CHECKS = (MM_CHECK,
                "suites/bench/test_throughput.py::test_benchmark[op/conv2d/float32/fwd_bwd/"

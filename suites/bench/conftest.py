@@ -26,7 +26,10 @@ def bench(request: pytest.FixtureRequest, harness_state) -> BenchContext:
     context = BenchContext(device, settings.training_scale, baseline,
                            selection.stack_id if selection is not None and selection.path
                            else "")
-    if settings.bench_runs > 1 and not bench_runs.is_child():
+    if settings.bench_runs > 1 and hasattr(request.config, "workerinput"):
+        harness_state.errors.append("--bench-runs needs one process (-n0): pytest-xdist "
+                                    "workers would time each other")
+    elif settings.bench_runs > 1 and not bench_runs.is_child():
         nodeids = [item.nodeid for item in request.session.items
                    if item.nodeid.startswith(BENCH_DIR) and item.get_closest_marker("benchmark")
                    and not item.get_closest_marker("skip")]
