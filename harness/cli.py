@@ -1,5 +1,5 @@
-"""``python -m harness``: doctor | baseline list/show/diff | report | faults list/check |
-ops keywords | localize.
+"""``python -m harness``: doctor | baseline list/show/diff | report | history | bench-eval |
+faults list/check | ops keywords | localize.
 
 Nothing heavy is imported at module level: ``doctor`` must run (and explain) even where
 ``import torch`` fails.
@@ -220,6 +220,69 @@ def _cmd_ops(args: argparse.Namespace) -> int:
     else:
         print(keywords.table(rows, no_api))
     return 1 if any(r.missing for r in rows) else 0
+# --------------------------------------------------------------------------- history
+
+def _cmd_history(args: argparse.Namespace) -> int:
+    from harness.bench import history
+
+    return history.main(args.results_dir, stack=args.stack, as_json=args.json,
+                        metrics=not args.benchmarks_only, min_effect=args.min_effect)
+
+
+def _add_history(sub) -> None:
+    history = sub.add_parser("history", help="Change points per benchmark and metric over "
+                             "stored results of one device and stack kind, in time order")
+    history.add_argument("results_dir", nargs="?", default=str(ROOT / "results"),
+                         metavar="RESULTS_DIR", help="Folder of results files. Default: "
+                         "the project's results/")
+    history.add_argument("--stack", default=None, metavar="STACK_ID",
+                         help="Only runs of this stack id. Default: every stack of the "
+                              "newest run's kind")
+    history.add_argument("--benchmarks-only", action="store_true",
+                         help="Only benchmark records, not every numeric metric")
+    history.add_argument("--min-effect", type=float, default=0.05, metavar="FRACTION",
+                         help="Smallest relative change reported. Default: 0.05")
+    history.add_argument("--json", action="store_true", help="Machine-readable output")
+    history.set_defaults(func=_cmd_history)
+
+
+# ------------------------------------------------------------------------ bench-eval
+
+def _cmd_bench_eval(args: argparse.Namespace) -> int:
+    from harness.bench import evaluate
+
+    try:
+        evaluate.fault_for(args.slowdown)
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    return evaluate.main(runs=args.runs, slowdown=args.slowdown, as_json=args.json, root=ROOT,
+                         device=args.device, select=args.select, scale=args.training_scale,
+                         compare_runs=args.compare_runs,
+                         keep_dir=Path(args.keep_dir) if args.keep_dir else None,
+                         jobs=args.jobs)
+
+
+def _add_bench_eval(sub) -> None:
+    ev = sub.add_parser("bench-eval", help="Measure the benchmark detector: N baseline, N A/A "
+                        "and N slowed-down process runs, this engine beside pytest-benchmark")
+    ev.add_argument("--runs", type=int, required=True, metavar="N",
+                    help="Process runs per phase (baseline, A/A, fault)")
+    ev.add_argument("--slowdown", type=float, default=0.15, metavar="FRACTION",
+                    help="Slow-down of the fault runs (0.10, 0.15 or 0.30). Default: 0.15")
+    ev.add_argument("--compare-runs", type=int, default=2, metavar="K",
+                    help="Process runs per compare (as --bench-runs K). Default: 2")
+    ev.add_argument("--select", default=None, metavar="EXPR",
+                    help="Only benchmarks matching this -k expression. Default: all")
+    ev.add_argument("--device", default="cpu", metavar="TYPE", help="Device. Default: cpu")
+    ev.add_argument("--training-scale", default="small", choices=("small", "full"),
+                    metavar="SCALE", help="Training scale. Default: small")
+    ev.add_argument("--keep-dir", default=None, metavar="PATH",
+                    help="Keep every run's results here. Default: a temporary folder")
+    ev.add_argument("--jobs", type=int, default=1, choices=(1, 2, 3), metavar="N",
+                    help="Phases of a round run side by side (3: baseline, A/A and fault "
+                         "together). Default: 1")
+    ev.add_argument("--json", action="store_true", help="Machine-readable output")
+    ev.set_defaults(func=_cmd_bench_eval)
 
 
 # ------------------------------------------------------------------------------ main
@@ -287,6 +350,8 @@ def build_parser() -> argparse.ArgumentParser:
     ops.add_argument("action", choices=("keywords",))
     ops.add_argument("--json", action="store_true", help="Machine-readable output")
     ops.set_defaults(func=_cmd_ops)
+    _add_history(sub)
+    _add_bench_eval(sub)
 
     # dispatched in main() to harness.localize's own parser; listed here for --help
     sub.add_parser("localize", help="Find the first layer where DUT and CPU diverge "

@@ -29,7 +29,7 @@ import pytest
 
 from harness import baselines, faults, known_failures, regress
 from harness import session as harness_session
-from harness.argtypes import non_negative_int, positive_float
+from harness.argtypes import non_negative_int, positive_float, positive_int
 from harness.device import DEVICE_TYPES, Device, DeviceUnavailable, select, xdist_worker_index
 from harness.results import Record, RunResults
 from harness.session import BASELINE_MODES, FAIL_ON, RunState, Settings
@@ -132,6 +132,10 @@ OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
     (("--dist-timeout",), dict(default=120.0, metavar="SECONDS", type=positive_float,
                                help="Kill a distributed check's ranks after this long and "
                                     "fail naming the hung ranks. Default: %(default)r")),
+    (("--bench-runs",), dict(default=1, metavar="K", type=positive_int,
+                             help="Repeat the selected benchmarks in K fresh processes (this "
+                                  "one and K-1 children) and judge all K runs (record: store "
+                                  "all K). Default: %(default)r")),
 ]
 
 
@@ -173,6 +177,7 @@ def _settings(config: pytest.Config) -> Settings:
         op_filter=opt("op_filter"), op_budget=opt("op_budget"),
         training_scale=opt("training_scale"), dist_timeout=opt("dist_timeout"),
         fail_on=opt("fail_on"), keep_results=opt("keep_results"),
+        bench_runs=opt("bench_runs"),
     )
 
 

@@ -53,6 +53,7 @@ class Settings:
     dist_timeout: float = 120.0
     fail_on: str = "no-go"
     keep_results: int = 20
+    bench_runs: int = 1
 
     @property
     def compares(self) -> bool:

@@ -1,41 +1,258 @@
-"""Noise-aware benchmark comparison: noise does not alert, a real slow-down does."""
+"""The benchmark engine: verdict statistics, change points, pytest-benchmark glue, K runs."""
 
+import json
 import random
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
-from harness import regress
-from harness.bench import Timing, measure, timing_rule
+from harness.bench import evaluate, history, stats
+from harness.bench.timing import Timing, bench_rounds, measure, run_values
 from harness.device import Device
 
-
-def _timing(centre, jitter, seed, n=15):
-    rng = random.Random(seed)
-    return Timing(tuple(centre * (1 + rng.gauss(0, jitter)) for _ in range(n)))
+ROOT = Path(__file__).resolve().parent.parent
 
 
-def _verdict(old, new):
-    rule = timing_rule()["ms"]
-    old_m, new_m = old.metrics(), new.metrics()
-    return regress.judge(old_m["ms"], new_m["ms"], rule, old_m["ms.spread"], new_m["ms.spread"])
+def _runs(centre, jitter, n, rng):
+    return [centre * (1 + rng.gauss(0, jitter)) for _ in range(n)]
 
 
-@pytest.mark.parametrize("seed", range(20))
-def test_noise_alone_never_alerts(seed):
-    # 30% jitter: a noisy machine; medians may differ by 25%+, spreads absorb it
-    assert _verdict(_timing(10.0, 0.3, seed), _timing(10.0, 0.3, seed + 100)) is None
+# ------------------------------------------------------------------- the verdict
+
+def test_noise_alone_never_alerts_over_many_comparisons():
+    rng = random.Random(0)
+    verdicts = [stats.judge(_runs(10.0, 0.02, 10, rng), _runs(10.0, 0.02, 2, rng)).verdict
+                for _ in range(300)]
+    assert verdicts.count("regression") == 0
+    assert verdicts.count("unreliable") == 0
 
 
-@pytest.mark.parametrize("seed", range(5))
-def test_real_slowdown_alerts(seed):
-    assert _verdict(_timing(10.0, 0.02, seed), _timing(14.0, 0.02, seed + 100)) == "regression"
+def test_a_15_percent_slowdown_is_detected_with_two_runs():
+    rng = random.Random(1)
+    verdicts = [stats.judge(_runs(10.0, 0.02, 10, rng), _runs(11.5, 0.02, 2, rng)).verdict
+                for _ in range(100)]
+    assert verdicts.count("regression") >= 95
 
 
-def test_small_real_change_within_ratio_does_not_alert():
-    assert _verdict(_timing(10.0, 0.01, 1), _timing(11.0, 0.01, 2)) is None
+def test_a_single_violating_run_is_only_suspicious():
+    base = [10.0, 10.1, 9.9, 10.05, 9.95, 10.0]
+    verdict = stats.judge(base, [13.0])
+    assert verdict.verdict == "suspicious" and not verdict.alerts
+    assert "second run" in verdict.reason
 
+
+def test_a_noisy_baseline_is_unreliable_and_never_alerts():
+    rng = random.Random(2)
+    base = _runs(10.0, 0.25, 10, rng)
+    verdict = stats.judge(base, [30.0, 31.0, 29.0])
+    assert verdict.verdict == "unreliable" and "spread" in verdict.reason
+
+
+def test_too_few_baseline_runs_are_unreliable_and_say_how_to_record():
+    verdict = stats.judge([10.0, 10.1], [20.0, 20.0])
+    assert verdict.verdict == "unreliable" and "--bench-runs 3" in verdict.reason
+
+
+def test_the_minimum_effect_is_per_benchmark():
+    base = [10.0, 10.01, 9.99, 10.0, 10.02, 9.98, 10.0, 10.01]
+    current = [10.4, 10.41]  # 4%: significant, below the default 5%
+    assert stats.judge(base, current).verdict == "ok"
+    assert stats.judge(base, current, stats.Policy(min_effect=0.02)).verdict == "regression"
+
+
+def test_a_speedup_is_an_improvement():
+    base = [10.0, 10.1, 9.9, 10.05, 9.95, 10.0]
+    assert stats.judge(base, [8.0, 8.1]).verdict == "improvement"
+
+
+def test_the_regression_summary_names_medians_ratio_ci_and_p():
+    base = [10.0, 10.1, 9.9, 10.05, 9.95, 10.0]
+    verdict = stats.judge(base, [12.0, 12.1, 11.9])
+    text = verdict.summary()
+    assert verdict.verdict == "regression"
+    for part in ("median 10 -> 12", "ratio 1.2", "CI [", "t-test p=", "Mann-Whitney p="):
+        assert part in text
+
+
+def test_run_values_skips_malformed_entries():
+    assert run_values([{"value": 1.0}, {"value": -1}, {"x": 2}, "junk", {"value": 2}]) == [1.0, 2]
+
+
+# ---------------------------------------------------------------------- history
+
+def test_history_finds_the_change_at_the_first_slow_run():
+    rng = random.Random(3)
+    series = _runs(1.0, 0.02, 5, rng) + _runs(1.15, 0.02, 7, rng)
+    changes = history.change_points(series)
+    assert [c.index for c in changes] == [5]
+    assert changes[0].ratio == pytest.approx(1.15, rel=0.05)
+
+
+def test_history_of_a_noisy_flat_series_has_no_change():
+    rng = random.Random(4)
+    assert history.change_points(_runs(1.0, 0.05, 20, rng)) == []
+
+
+def _results_file(path: Path, i: int, value: float, stack: str = "torch-2.13.0") -> None:
+    doc = {"schema_version": 1,
+           "fingerprint": {"device_type": "cpu", "device_slug": "x", "stack_id": stack},
+           "started": f"2026-12-01T00:{i:02d}:00Z", "finished": "", "seed": 0,
+           "records": {"bench/op/mm/float32/n256": {
+               "suite": "bench", "status": "pass", "metrics": {"value": value},
+               "rules": {}, "info": {"runs": [{"value": value}]}}}}
+    path.write_text(json.dumps(doc))
+
+
+def test_history_command_names_the_first_run_after_the_change(tmp_path, capsys):
+    rng = random.Random(5)
+    for i in range(12):
+        _results_file(tmp_path / f"r{i:02d}.json", i, (1.0 if i < 5 else 1.2) *
+                      (1 + rng.gauss(0, 0.01)), stack="torch-2.13.0" if i < 5 else "torch-2.14.0")
+    assert history.main(tmp_path) == 0
+    out = capsys.readouterr().out
+    assert "change at run 6 (r05.json" in out and "stack torch-2.14.0" in out
+
+
+# ------------------------------------------------------------- bench-eval tables
+
+def test_bench_eval_judges_both_engines_on_the_same_runs():
+    rng = random.Random(6)
+    values = {"baseline": {"b": _runs(10, 0.01, 12, rng)}, "aa": {"b": _runs(10, 0.01, 12, rng)},
+              "fault": {"b": _runs(11.5, 0.01, 12, rng)}}
+    (row,) = evaluate.judge_all(values, keep=10, compare_runs=2, slowdown=0.15)
+    assert row.engine_aa == 0 and row.engine_fault == 12 and row.pb_fault == 12
+    assert not row.unreliable and row.ratio == pytest.approx(1.15, rel=0.03)
+    assert "| `b` |" in evaluate.table([row], n=12, slowdown=0.15, compare_runs=2)
+
+
+def test_bench_eval_knows_its_faults():
+    assert evaluate.fault_for(0.15) == "bench.slow_step_15"
+    with pytest.raises(ValueError, match="0.10, 0.15, 0.30"):
+        evaluate.fault_for(0.2)
+
+
+# ---------------------------------------------------------------------- faults
+
+def test_the_step_fault_is_proportional_to_the_work_it_slows():
+    from harness.fault_catalog.bench import _slower_scope
+
+    device = Device("cpu")
+    start = time.process_time()
+    with _slower_scope(device, 0.5):
+        spin_for = time.process_time() + 0.04
+        while time.process_time() < spin_for:
+            pass
+    assert 0.055 < time.process_time() - start < 0.075  # 0.04 s of work plus half of it
+
+
+def test_the_amp_fault_leaves_fp32_alone():
+    import torch
+
+    from harness.fault_catalog.bench import _slower_scope, spin
+
+    device = Device("cpu")
+    start = time.process_time()
+    with _slower_scope(device, 1.0, only_amp=True):
+        spin(0.03, time.process_time)
+    plain = time.process_time() - start
+    start = time.process_time()
+    with _slower_scope(device, 1.0, only_amp=True):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            spin(0.03, time.process_time)
+    assert plain < 0.045 < time.process_time() - start
+
+
+# ------------------------------------------------------ pytest-benchmark glue
 
 def test_measure_collects_the_requested_samples():
     calls = []
     timing = measure(lambda: calls.append(1), Device("cpu"), warmup=2, repeat=5)
-    assert len(calls) == 7 and len(timing.samples_ms) == 5 and timing.spread >= 0
+    assert isinstance(timing, Timing) and len(calls) == 7 and len(timing.samples_ms) == 5
+
+
+def test_rounds_are_timed_by_pytest_benchmark_with_the_sync_inside(pytester):
+    pytester.makepyfile(test_timed="""
+        import time
+        from harness.bench.timing import bench_rounds
+        from harness.device import Device
+
+        class Counting(Device):
+            syncs = 0
+            def synchronize(self):
+                Counting.syncs += 1
+
+        def test_step(benchmark):
+            device = Counting("cpu")
+            stat, flags = bench_rounds(benchmark, lambda: time.sleep(0.001), device,
+                                       budget_s=0.05)
+            assert stat.rounds == len(benchmark.stats.stats.data) >= 5
+            assert stat.value < 0.9 < flags["host_ms"] < 50  # sleeping costs no CPU time
+            assert Counting.syncs >= stat.rounds  # one per round, inside it
+            assert benchmark.extra_info["ms_per_step"] == stat.value
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider",
+                                           "--benchmark-json", "out.json")
+    result.assert_outcomes(passed=1)
+    data = json.loads((pytester.path / "out.json").read_text())
+    assert data["benchmarks"][0]["extra_info"]["inner"] >= 1
+
+
+def test_bench_rounds_flags_a_missing_sync():
+    class Bench:  # the part of pytest-benchmark's fixture bench_rounds uses
+        extra_info: dict = {}
+
+        def pedantic(self, target, rounds, iterations, warmup_rounds):
+            for _ in range(rounds):
+                target()
+            self.stats = type("S", (), {"stats": type("D", (), {"data": [1e-3] * rounds})})
+
+    class Timer:
+        def start(self):
+            pass
+
+        def stop(self):
+            pass
+
+        def elapsed_ms(self):
+            return 5.0  # the device took 5 ms; the host saw 1 ms
+
+    class Async(Device):
+        is_accelerator = True
+
+        def event_timer(self):
+            return Timer()
+
+    stat, flags = bench_rounds(Bench(), lambda: None, Async("cpu"), budget_s=0.001)
+    assert "sync_missing" in flags and stat.device_ms > flags["host_ms"]
+
+
+# ------------------------------------------------------------ --bench-runs K
+
+LAYER_NORM = "suites/bench/test_throughput.py::test_benchmark[op/layer_norm/float32/fwd/256x1024]"
+
+
+def _suite(*args, tmp):
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           LAYER_NORM, "--run-benchmarks", f"--results-dir={tmp / 'results'}",
+                           f"--baseline-dir={tmp / 'baselines'}", *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def _stored(tmp):
+    (path,) = (tmp / "baselines").glob("*/*/*.json")
+    return json.loads(path.read_text())["records"]["bench/op/layer_norm/float32/fwd/256x1024"]
+
+
+def test_bench_runs_record_k_process_runs_and_compare_judges_them(tmp_path):
+    first = _suite("--bench-runs", "2", "--baseline", "record", tmp=tmp_path)
+    assert first.returncode == 0, first.stdout[-3000:]
+    assert "bench run 1/2 (child)" in first.stdout
+    runs = _stored(tmp_path)["info"]["runs"]
+    assert len(runs) == 2 and len({r["pid"] for r in runs}) == 2  # two processes
+    compare = _suite(tmp=tmp_path)  # one run against two: too few to decide, said so
+    assert compare.returncode == 0, compare.stdout[-3000:]
+    assert "unreliable" in compare.stdout and "1 run(s) vs 2 baseline run(s)" in compare.stdout
+    assert "record with --bench-runs 3" in compare.stdout

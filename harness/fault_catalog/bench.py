@@ -1,21 +1,120 @@
-"""Benchmark faults: a kernel that got slower after an upgrade."""
+"""Benchmark faults: realistic slow-downs, proportional to the slowed work's own time.
 
+Note [Proportional slow-downs]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+A fault that sleeps 200 ms per call is a 100x slow-down and proves nothing about the
+10-20% regressions an upgrade really brings. These time what they slow and then spin
+(busy-wait, as a slower kernel would occupy the device) for ``fraction`` of it:
+
+On the CPU both the timing and the spin use the process's CPU time (``clock_of``).
+
+* ``bench.slow_step_<p>``: the whole DUT scope. The timing glue enters one outermost
+  DUT scope per timed round (Note [A timed round] in :mod:`harness.bench.timing`), so
+  every round of every benchmark is ``p`` percent slower, with no per-op overhead.
+* ``bench.slow_mm_<p>``: one op, ``aten.mm``, through a dispatch mode that synchronises,
+  times the op and spins. The mode itself costs a few microseconds per dispatched op,
+  so the mm benchmark is the one to check (one op per step).
+* ``bench.amp_slow_15``: the whole round, but only when an autocast region was entered
+  in it: a throughput regression under AMP only (fp32 steps keep their speed).
+
+The checks run with ``--bench-runs 4`` (clean baseline and fault run alike) since a
+single process run is at most ``suspicious`` (Note [Bench verdict]).
+"""
+
+from __future__ import annotations
+
+import contextlib
 import time
 
-from harness.faults import perturb_op
+from harness.faults import Fault
+
+BENCH_ARGS = ("--run-benchmarks", "--bench-runs", "4")
+MM_CHECK = "suites/bench/test_throughput.py::test_benchmark[op/mm/float32/n256]"
+STEP_CHECKS = (MM_CHECK,
+               "suites/bench/test_throughput.py::test_benchmark[op/conv2d/float32/fwd_bwd/"
+               "n8c16hw32k32]")
+AMP_CHECK = "suites/bench/test_throughput.py::test_benchmark[train/simplecnn/bfloat16-amp/step]"
 
 
-def _slow(out, args, kwargs):
-    time.sleep(0.2)
-    return out
+def spin(seconds: float, clock=time.perf_counter) -> None:
+    """Busy-wait until ``clock`` advanced ``seconds`` (a sleep would free the core, which a
+    slow kernel does not)."""
+    end = clock() + seconds
+    while clock() < end:
+        pass
 
 
-SLOW_MM = perturb_op(
-    "bench.mm_slowdown", family="bench",
-    description="aten.mm takes 200 ms longer per call (a kernel that regressed in speed)",
-    op="aten.mm", transform=_slow,
-    checks=("suites/bench/test_throughput.py::test_matmul[float32]",),
-    pytest_args=("--run-benchmarks",),
-)
+def clock_of(device):
+    """The clock a slow-down is proportional in: the process's CPU time on the CPU (what
+    its benchmarks judge; a wall-clock spin on a contended host gets a different share of
+    the core than the work did), wall time on accelerators (the host delays the device)."""
+    return time.perf_counter if device.is_accelerator else time.process_time
 
-FAULTS = [SLOW_MM]
+
+@contextlib.contextmanager
+def _slower_scope(device, fraction: float, *, only_amp: bool = False):
+    import torch
+
+    entered = []
+    klass = torch.amp.autocast_mode.autocast
+    original = klass.__enter__
+
+    def enter(self):
+        entered.append(True)
+        return original(self)
+
+    if only_amp:
+        klass.__enter__ = enter
+    clock = clock_of(device)
+    start = clock()
+    try:
+        yield
+        device.synchronize()
+        if entered or not only_amp:
+            spin(fraction * (clock() - start), clock)
+    finally:
+        if only_amp:
+            klass.__enter__ = original
+
+
+def _slow_op_mode(device, op: str, fraction: float):
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    clock = clock_of(device)
+
+    class SlowOp(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if op not in (str(func), str(func.overloadpacket)):
+                return func(*args, **(kwargs or {}))
+            device.synchronize()
+            start = clock()
+            out = func(*args, **(kwargs or {}))
+            device.synchronize()
+            spin(fraction * (clock() - start), clock)
+            return out
+
+    return SlowOp()
+
+
+def slow_step(percent: int, checks=STEP_CHECKS) -> Fault:
+    fraction = percent / 100
+    return Fault(f"bench.slow_step_{percent}", "bench",
+                 f"every timed round (the whole step) takes {percent}% longer",
+                 tuple(checks), lambda device: _slower_scope(device, fraction), BENCH_ARGS)
+
+
+def slow_mm(percent: int) -> Fault:
+    fraction = percent / 100
+    return Fault(f"bench.slow_mm_{percent}", "bench",
+                 f"aten.mm takes {percent}% longer (its own time, measured per call)",
+                 (MM_CHECK,), lambda device: _slow_op_mode(device, "aten.mm", fraction),
+                 BENCH_ARGS)
+
+
+AMP_SLOW = Fault("bench.amp_slow_15", "bench",
+                 "steps under autocast (AMP) take 15% longer; fp32 steps keep their speed",
+                 (AMP_CHECK,),
+                 lambda device: _slower_scope(device, 0.15, only_amp=True), BENCH_ARGS)
+
+SLOWDOWNS = (10, 15, 30)
+FAULTS = [*(slow_step(p) for p in SLOWDOWNS), *(slow_mm(p) for p in SLOWDOWNS), AMP_SLOW]

@@ -1,57 +1,50 @@
-"""Throughput benchmarks, compared noise-aware with the stored baseline.
+"""Benchmarks: timed with pytest-benchmark, judged over process runs against the baseline.
 
 Opt-in (``--run-benchmarks`` or ``-m benchmark``): timings belong on a quiet machine,
 not in every CI run. Compare only at equal batch size and precision (NPU_NOTES.md):
-the workload, shapes and dtype are part of each record id.
+the workload, shapes, dtype and batch are part of each record id. The verdict: Note
+[Bench verdict] in :mod:`harness.bench.stats`; several runs: ``--bench-runs K``.
 """
 
-import pytest
-import torch
+import statistics
 
-from harness.bench import measure, timing_rule
-from harness.models import SimpleCNN
+import pytest
+
+from harness.bench import workloads
+from harness.bench.timing import RunStat
+from harness.distributed import SubCheck, launch
 
 pytestmark = pytest.mark.benchmark
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+@pytest.mark.parametrize("workload", workloads.WORKLOADS,
+                         ids=[w.id.removeprefix("bench/") for w in workloads.WORKLOADS])
+def test_benchmark(workload, benchmark, bench, results, device, settings):
+    bench.run(workload, benchmark, results,
+              workloads.record_id(workload, device, settings.training_scale))
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_matmul(device, results, dtype):
-    a = torch.randn(512, 512, device=device.torch_device, dtype=DTYPES[dtype])
-    b = torch.randn(512, 512, device=device.torch_device, dtype=DTYPES[dtype])
-    with device.scope():
-        timing = measure(lambda: a @ b, device)
-    results.record(f"bench/matmul/{dtype}/512x512x512", metrics=timing.metrics(),
-                   rules=timing_rule(), info={"samples_ms": list(timing.samples_ms)})
-
-
-def test_conv2d_fwd_bwd(device, results):
-    conv = torch.nn.Conv2d(32, 64, 3, padding=1).to(device.torch_device)
-    x = torch.randn(16, 32, 32, 32, device=device.torch_device, requires_grad=True)
-
-    def step():
-        conv(x).sum().backward()
-
-    with device.scope():
-        timing = measure(step, device)
-    results.record("bench/conv2d/float32/fwd_bwd/n16c32hw32k64", metrics=timing.metrics(),
-                   rules=timing_rule(), info={"samples_ms": list(timing.samples_ms)})
-
-
-def test_simplecnn_train_step(device, results):
-    model = SimpleCNN().to(device.torch_device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    x = torch.randn(32, 3, 32, 32, device=device.torch_device)
-    y = torch.randint(0, 10, (32,), device=device.torch_device)
-
-    def step():
-        optimizer.zero_grad(set_to_none=True)
-        torch.nn.functional.cross_entropy(model(x), y).backward()
-        optimizer.step()
-
-    with device.scope():
-        timing = measure(step, device, repeat=10)
-    results.record("bench/simplecnn/float32/train_step/b32", metrics={
-        **timing.metrics(), "images_per_s": 32e3 / timing.median},
-        rules=timing_rule(), info={"samples_ms": list(timing.samples_ms)})
+@pytest.mark.distributed
+def test_allreduce_bus_bandwidth(bench, results, device, settings):
+    """all_reduce of 4 MiB at 2 ranks on the device's backend (timed in the ranks, not by
+    pytest-benchmark: they are other processes)."""
+    world = 2
+    if device.is_accelerator and device.count < world:
+        results.record("bench/dist/all_reduce/float32/4MiB/ws2", status="unsupported",
+                       message=f"{device.count} {device.type} device(s); needs {world}")
+        return
+    nbytes = workloads.ALLREDUCE_BYTES
+    launched = launch(SubCheck.of("harness.bench.workloads:allreduce_rank", name="allreduce",
+                                  nbytes=nbytes),
+                      world, device, timeout=settings.dist_timeout, threads_per_rank=1)
+    outcome = launched.outcome("allreduce")
+    outcome.raise_if_failed()
+    times = [max(values) for values in zip(*outcome.values.values())]  # slowest rank
+    median = statistics.median(times)
+    own = RunStat(median, statistics.median(abs(t - median) for t in times) * 1.4826,
+                  len(times))
+    bench.record(results, f"bench/dist/all_reduce/float32/4MiB/ws{world}", own,
+                 policy=workloads.NOISY, metrics={
+                     "ms": median,
+                     "bus_gbs": workloads.bus_bandwidth_gbs(nbytes, world, median)},
+                 info={"backend": device.dist_backend})

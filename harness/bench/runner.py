@@ -1,0 +1,103 @@
+"""One benchmark from workload to record: time it, add the other runs, judge, record.
+
+The bench test compares with the baseline itself (the plugin's per-metric comparison
+would judge one number without the runs): it reads the selected baseline's record,
+computes the verdict (:func:`harness.bench.stats.judge`) and records status ``fail``
+for a regression (the message names the medians, ratio, CI, p-values, rule and the
+reproduce line) or ``pass`` with ``info["bench_verdict"]`` in ok / suspicious /
+unreliable / improvement / not compared. Timings carry no metric rules, so the generic
+comparison does not alert on noise a second time; ``info["runs"]`` holds the per-run
+statistics (all ``--bench-runs`` runs), which ``--baseline record`` appends to the
+stored ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from typing import Optional
+
+from harness.bench.stats import BenchVerdict, Policy, judge
+from harness.bench.timing import RunStat, bench_rounds, run_values, time_plain
+from harness.bench.workloads import Prepared, Unsupported, Workload
+
+
+@dataclasses.dataclass
+class BenchContext:
+    """What a bench test needs besides its workload: device, baseline, the other runs."""
+
+    device: object
+    scale: str
+    baseline: Optional[object] = None     # harness.results.RunResults
+    baseline_name: str = ""
+    child_runs: dict = dataclasses.field(default_factory=dict)
+    verdicts: dict = dataclasses.field(default_factory=dict)  # record id -> BenchVerdict
+
+    def runs_for(self, record_id: str, own: RunStat) -> list[dict]:
+        return [*self.child_runs.get(record_id, []), own.to_json()]
+
+    def verdict(self, record_id: str, runs: list[dict], policy: Policy
+                ) -> Optional[BenchVerdict]:
+        base = self.baseline.records.get(record_id) if self.baseline is not None else None
+        if base is None:
+            return None
+        return judge(run_values(base.info.get("runs")), run_values(runs), policy)
+
+    def record(self, recorder, record_id: str, own: RunStat, *, policy: Policy,
+               metrics: Optional[dict] = None, info: Optional[dict] = None,
+               per_unit: Optional[tuple[float, str]] = None) -> BenchVerdict:
+        """Judge this run (and its siblings) and record it (see the module docstring)."""
+        runs = self.runs_for(record_id, own)
+        values = run_values(runs)
+        centre = statistics.median(values)
+        out_metrics = {"value": centre, "runs": len(values), **(metrics or {})}
+        if per_unit is not None and per_unit[1]:
+            out_metrics[f"{per_unit[1]}_per_s"] = per_unit[0] * 1e3 / centre
+        verdict = self.verdict(record_id, runs, policy)
+        full_info = {"runs": runs, **(info or {})}
+        status, message = "pass", ""
+        if verdict is None:
+            full_info["bench_verdict"] = "not compared"
+        else:
+            full_info["bench_verdict"] = verdict.verdict
+            full_info["verdict"] = verdict.to_json()
+            if verdict.alerts:
+                status = "fail"
+                message = (f"benchmark regression against baseline {self.baseline_name}: "
+                           f"{verdict.summary()}\n  reproduce: {recorder.reproduce} "
+                           f"--bench-runs {max(2, len(values))}")
+        recorder.record(record_id, status=status, metrics=out_metrics, message=message,
+                        info=full_info)
+        self.verdicts[record_id] = verdict
+        return verdict
+
+    def run(self, workload: Workload, benchmark, recorder, record_id: str):
+        """Build, time and record one workload (``unsupported`` with the reason)."""
+        if getattr(benchmark, "disabled", False):
+            recorder.record(record_id, status="skip", message="pytest-benchmark is disabled "
+                            "(--benchmark-disable, or pytest-xdist is active): nothing timed",
+                            info={"bench_verdict": "skip"})
+            return None
+        try:
+            prepared: Prepared = workload.build(self.device, self.scale)
+        except Unsupported as exc:
+            benchmark.skipped = True  # pytest-benchmark: not timed on purpose (no warning)
+            recorder.record(record_id, status="unsupported", message=str(exc),
+                            info={"bench_verdict": "unsupported", "reason": str(exc)})
+            return None
+        try:
+            own, flags = bench_rounds(benchmark, prepared.step, self.device,
+                                      budget_s=workload.budget_s, clock=workload.clock)
+            metrics = {"ms": own.value}
+            if workload.kind == "ratio":
+                plain = time_plain(prepared.reference, self.device, rounds=own.rounds,
+                                   inner=own.inner, clock=workload.clock)
+                metrics = {"ms": own.value, "reference_ms": plain.value}
+                own = dataclasses.replace(own, value=own.value / plain.value,
+                                          spread=own.spread / plain.value)
+        finally:
+            prepared.close()
+        return self.record(recorder, record_id, own, policy=workload.policy, metrics=metrics,
+                           info=flags,
+                           per_unit=None if workload.kind == "ratio"
+                           else (prepared.units, prepared.unit))
