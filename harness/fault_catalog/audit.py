@@ -66,6 +66,8 @@ def _make_mode():
             for index, arg in enumerate(schema.arguments):
                 if arg.alias_info is not None and arg.alias_info.is_write:
                     shift_in_place(args[index] if index < len(args) else kwargs.get(arg.name))
+            if out is None or not schema.returns:
+                return out
             if len(schema.returns) == 1:  # a fresh result beside the writes is shifted too
                 return out if schema.returns[0].alias_info is not None else shift(out)
             return type(out)(value if ret.alias_info is not None else shift(value)
