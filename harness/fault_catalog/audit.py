@@ -110,15 +110,14 @@ TRAINING = (f"{OPTIM}[adam-foreach-bfloat16]", f"{OPTIM}[sgd-forloop-float16]",
             "suites/norm/test_batchnorm.py::test_autocast_low_precision_input",
             "suites/norm/test_dropout.py",
             "suites/amp/test_autocast.py::test_nested_autocast_disabled_computes_fp32",
-            "suites/amp/test_grad_scaler.py",
+            "suites/amp/test_grad_scaler.py::test_classic_scale_sequence",
+            "suites/amp/test_grad_scaler.py::test_unscale_then_clip",
             "suites/amp/test_layer_agreement.py::test_layers_agree[simplecnn-float32]")
 MEMORY = ("suites/memory/test_oom.py::test_oom_recovery",)
 DDP = "suites/distributed/test_dist_ddp.py"
 DISTRIBUTED = (f"{DDP}::test_ddp_matches_single_process[ws2-ddp/float32/plain]",
                f"{DDP}::test_ddp_amp_grad_scaler[ws2-ddp/amp]",
-               f"{DDP}::test_ddp_broadcast_buffers[ws2-ddp/buffers]",
-               "suites/distributed/test_dist_collectives.py::test_collective_matches_numpy"
-               "[ws2-all_reduce_sum/float32]")
+               f"{DDP}::test_ddp_broadcast_buffers[ws2-ddp/buffers]")
 EXAMPLE = ("suites/example",)
 
 NOT_NUMERIC: dict[str, str] = {
@@ -139,6 +138,10 @@ NOT_NUMERIC: dict[str, str] = {
                                                          "path as the nested-autocast check",
     "suites/optim/test_optimizer_state.py::test_fp32_state_under_amp[rmsprop-fused":
         "no fused RMSprop: recorded unsupported",
+    "suites/amp/test_grad_scaler.py::test_overflow_skip_rate": "counts skipped steps; no "
+                                                               "reference to compare with",
+    "suites/amp/test_grad_scaler.py::test_state_dict_round_trip": "a scaler vs its restored "
+                                                                  "twin, both on the DUT",
     "suites/optim/test_optimizer_state.py::test_low_precision_param_state": "state dtypes",
     "suites/optim/test_optimizer_state.py::test_state_dict_round_trip": "a DUT optimizer vs "
                                                                         "its restored twin",
@@ -150,6 +153,11 @@ NOT_NUMERIC: dict[str, str] = {
     "suites/memory/test_oom.py::test_max_batch_under_cap": "batch sizes and bytes",
     "suites/memory/test_oom.py::test_checkpointing_raises_max_batch": "batch sizes",
     "suites/distributed/test_dist_sampler.py": "indices each rank draws, no arithmetic",
+    "suites/distributed/test_dist_collectives.py::test_collective_matches_numpy":
+        "the shift does not reach the collective (gloo writes the result below the "
+        "dispatch mode, asynchronously); its reference is NumPy outside the scope (read in "
+        "dist_checks.collective); the collective faults in fault_catalog/distributed.py "
+        "prove the check",
     "suites/distributed/test_dist_collectives.py::test_barrier_waits_for_every_rank": "time",
     "suites/distributed/test_dist_ddp.py::test_sync_batchnorm_matches_full_batch":
         "SyncBatchNorm refuses CPU modules: recorded unsupported on the CPU",
