@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from harness.device import Device
-from harness.distributed import ROOT, Case, Planner, SubCheck, free_port, launch
+from harness.distributed import ROOT, DistCase, Planner, SubCheck, free_port, launch
 from suites.distributed.judge import judge_collective, judge_ddp, judge_sampler
 
 pytestmark = pytest.mark.distributed
@@ -192,7 +192,7 @@ def test_planner_runs_all_cases_of_a_world_size_in_one_launch(monkeypatch):
                             False, 1.0, 0.0, "")
 
     monkeypatch.setattr("harness.distributed.launch", fake_launch)
-    cases = [Case(ws, SubCheck(name, "m:f")) for ws in (2, 4) for name in ("a", "b")]
+    cases = [DistCase(ws, SubCheck(name, "m:f")) for ws in (2, 4) for name in ("a", "b")]
     planner = Planner(Device("cpu"), lambda: cases, timeout=10)
     assert planner.outcome(cases[0]).values == {0: "a", 1: "a"}
     assert planner.outcome(cases[1]).values == {0: "b", 1: "b"}
