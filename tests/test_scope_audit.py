@@ -1,0 +1,100 @@
+"""The DUT-scope audit (harness/fault_catalog/audit.py, Note [DUT-scope audit])."""
+
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness import faultcheck, faults
+from harness.fault_catalog import audit
+
+ROOT = Path(__file__).resolve().parents[1]
+FACTOR = 1 + audit.SHIFT
+
+
+def test_the_audit_shifts_every_result_in_the_scope_and_nothing_outside(cpu, monkeypatch):
+    monkeypatch.setattr(faults, "_active", [audit.FAULTS[0]])
+    x = torch.linspace(-1, 1, 8)
+    with cpu.scope():
+        y = torch.exp(x)
+        view = y[2:]                      # a view: aliases y, not shifted again
+        z = torch.zeros(8)
+        z.add_(1.0)                       # in place: the written tensor is shifted
+        index = torch.argmax(x)           # integer results are left alone
+        copied = x.to(torch.float64)      # conversions and copies are data movement
+    assert torch.allclose(y, torch.exp(x) * FACTOR)
+    assert torch.equal(copied, x.double())
+    assert view.data_ptr() == y[2:].data_ptr() and torch.equal(view, y[2:])
+    assert torch.allclose(z, torch.full((8,), FACTOR))
+    assert int(index) == 7
+    assert torch.equal(torch.exp(x), torch.exp(x))  # outside the scope: untouched
+
+
+CHECKS = """
+import torch
+
+def test_reference_outside_the_scope(device, results):
+    x = torch.randn(64)
+    with device.scope():
+        dut = torch.tanh(x.to(device.torch_device)).cpu()
+    ref = torch.tanh(x.double())
+    err = float((dut.double() - ref).abs().max())
+    results.record("demo/tanh", status="pass" if err < 1e-5 else "fail", metrics={"err": err})
+
+def test_reference_inside_the_scope(device, results):
+    x = torch.randn(64)
+    with device.scope():
+        dut = torch.tanh(x.to(device.torch_device)).cpu()
+        ref = torch.tanh(x.double())   # the bug the audit exists for
+    err = float((dut.double() - ref).abs().max())
+    results.record("demo/tanh_bad", status="pass" if err < 1e-5 else "fail", metrics={"err": err})
+"""
+
+
+def test_the_audit_fails_a_check_whose_reference_is_outside_and_not_one_inside(pytester):
+    pytester.makeconftest('pytest_plugins = ["harness.plugin"]')
+    (pytester.path / "suites" / "demo").mkdir(parents=True)
+    (pytester.path / "suites" / "demo" / "test_demo.py").write_text(CHECKS)
+    clean = pytester.runpytest("-p", "no:cacheprovider", "--device", "cpu", "--baseline", "off")
+    clean.assert_outcomes(passed=2)
+    shifted = pytester.runpytest("-p", "no:cacheprovider", "--device", "cpu", "--baseline",
+                                 "off", "--inject-fault", "example.scope_audit")
+    shifted.assert_outcomes(failed=1, passed=1)
+    shifted.stdout.fnmatch_lines(["FAILED*test_reference_outside_the_scope*"])
+
+
+def test_every_family_has_an_audit_and_each_says_what_it_does_not_list():
+    families = {f.family for f in audit.FAULTS}
+    assert families == {"ops", "training", "memory", "distributed", "example"}
+    assert all(reason.strip() for reason in audit.NOT_NUMERIC.values())
+    registered = faults.registry()
+    assert all(registered[f.name] is f for f in audit.FAULTS)
+
+
+def _every_listed_check_fails(fault):
+    with tempfile.TemporaryDirectory() as tmp:
+        run = faultcheck.run_pytest([*fault.checks, *fault.pytest_args, "--device", "cpu",
+                                     "--baseline", "off", "--inject-fault", fault.name],
+                                    Path(tmp), root=ROOT, timeout=900)
+    ran = {n: o for n, o in run.outcomes.items() if o != "skipped"}
+    assert ran, run.output[-2000:]
+    survivors = sorted(n for n, o in ran.items() if o != "failed")
+    assert not survivors, (f"{fault.name}: these checks pass although everything the DUT "
+                           f"computes is shifted by {audit.SHIFT:g}: is their reference "
+                           f"computed inside device.scope()? {survivors}")
+
+
+@pytest.mark.parametrize("family", ["ops", "example"])
+def test_every_check_of_a_fast_family_fails_under_its_audit(family):
+    _every_listed_check_fails(registry_fault(family))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["training", "memory", "distributed"])
+def test_every_check_of_a_slow_family_fails_under_its_audit(family):
+    _every_listed_check_fails(registry_fault(family))
+
+
+def registry_fault(family):
+    return faults.registry()[f"{family}.scope_audit"]
