@@ -1,4 +1,4 @@
-"""``python -m harness``: doctor | baseline list/show/diff | faults list/check | localize.
+"""``python -m harness``: doctor | baseline list/show/diff | faults list/check | localize | model.
 
 Nothing heavy is imported at module level: ``doctor`` must run (and explain) even where
 ``import torch`` fails.
@@ -125,6 +125,14 @@ def _cmd_faults(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+# ----------------------------------------------------------------------------- model
+
+def _cmd_model(args: argparse.Namespace) -> int:
+    from harness.model import check
+
+    return check.main(args)
+
+
 # ------------------------------------------------------------------------------ main
 
 def build_parser() -> argparse.ArgumentParser:
@@ -162,6 +170,13 @@ def build_parser() -> argparse.ArgumentParser:
     faults.add_argument("--timeout", type=float, default=900.0, metavar="SECONDS",
                         help="Kill one run after this long. Default: 900")
     faults.set_defaults(func=_cmd_faults)
+
+    model = sub.add_parser("model", help="Capture a model's training step; inventory and "
+                           "check every aten call it makes on the DUT")
+    from harness.model.options import add_arguments as add_model_arguments
+
+    add_model_arguments(model)
+    model.set_defaults(func=_cmd_model)
 
     # dispatched in main() to harness.localize's own parser; listed here for --help
     sub.add_parser("localize", help="Find the first layer where DUT and CPU diverge "
