@@ -94,6 +94,25 @@ def _regex(text: str) -> str:
     return text
 
 
+def _model_factory(text: str) -> str:
+    from harness.model.spec import SpecError, check_factory
+
+    try:
+        return check_factory(text)
+    except SpecError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _model_input(text: str) -> str:
+    from harness.model.spec import SpecError, parse_tensor_specs
+
+    try:
+        parse_tensor_specs(text, source="--model-input")
+    except SpecError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 # Every option in one table: (flags, argparse keyword arguments). One place to add one.
 OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
     (("--device",), dict(default="auto", choices=("auto", *DEVICE_TYPES), metavar="TYPE",
@@ -141,6 +160,14 @@ OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
     (("--dist-timeout",), dict(default=120.0, metavar="SECONDS", type=_positive_float,
                                help="Kill a distributed check's ranks after this long and "
                                     "fail naming the hung ranks. Default: %(default)r")),
+    (("--model",), dict(action="append", default=[], metavar="PKG.MOD:FACTORY",
+                        type=_model_factory,
+                        help="Capture this model's training step and check every aten call "
+                             "it makes (repeatable; suites/model). Default: none")),
+    (("--model-input",), dict(default=None, metavar="SHAPE[:DTYPE]", type=_model_input,
+                              help="Input shape(s) for --model, e.g. 8x3x32x32 or "
+                                   "8x3x32x32:float16. Default: the factory's example "
+                                   "inputs")),
 ]
 
 
@@ -168,6 +195,8 @@ class Settings:
     op_budget: float = 600.0
     training_scale: str = "small"
     dist_timeout: float = 120.0
+    models: tuple[str, ...] = ()
+    model_input: Optional[str] = None
 
 
 def _names_marker(markexpr: str, marker: str) -> bool:
@@ -197,6 +226,7 @@ def _settings(config: pytest.Config) -> Settings:
         run_benchmarks=bool(opt("run_benchmarks")) or _names_marker(markexpr, "benchmark"),
         op_filter=opt("op_filter"), op_budget=opt("op_budget"),
         training_scale=opt("training_scale"), dist_timeout=opt("dist_timeout"),
+        models=tuple(opt("model")), model_input=opt("model_input"),
     )
 
 

@@ -275,7 +275,8 @@ def _make_mode_class():
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class CaptureMode(TorchDispatchMode):
-        """Keeps each distinct (op, signature); ``phase`` is set by the step driver."""
+        """Keeps each distinct (op, signature); ``phase`` is set by the step driver (None
+        while the harness itself computes, e.g. the loss target)."""
 
         def __init__(self) -> None:
             super().__init__()
@@ -284,7 +285,8 @@ def _make_mode_class():
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
-            self.record(func, args, kwargs)
+            if self.phase is not None:
+                self.record(func, args, kwargs)
             return func(*args, **kwargs)
 
         def record(self, func, args, kwargs) -> None:
@@ -350,7 +352,8 @@ def _loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
 
 @contextlib.contextmanager
-def _phase(mode, name: str) -> Iterator[None]:
+def _phase(mode, name: Optional[str]) -> Iterator[None]:
+    """Label the calls of the block (None: record nothing)."""
     mode.phase = name
     yield
 
@@ -393,8 +396,10 @@ def capture_step(spec: ModelSpec, *, amp: Optional[torch.dtype] = None,
         with _phase(mode, "forward"):
             with autocast:
                 output = _first_output(model(*spec.inputs))
-            target = spec.target if spec.target is not None else make_target(
-                output, spec.target_spec, gen)
+            with _phase(mode, None):  # drawing the target is the harness's, not the model's
+                target = spec.target if spec.target is not None else make_target(
+                    output, spec.target_spec, gen)
+            mode.phase = "forward"
             loss = _loss(output, target)
         with _phase(mode, "backward"):  # loss scaling belongs to the backward pass
             (scaler.scale(loss) if scaler is not None else loss).backward()

@@ -383,7 +383,7 @@ def run_model_case(device, case: ModelCase, seed: int = 0,
                     else case.entry.gradient_standard)
         status, message = outcome.status, ""
         if status != "pass":
-            message = (f"{case.record_id(outcome.direction)}: {outcome.message()}\n"
+            message = (f"{outcome.message()}\n"
                        f"(device {device.type}, dtype {case.dtype}, standard {standard}, "
                        f"{case.call.op}{case.call.signature[:300]}; "
                        f"{case.call.count} call(s) in {', '.join(case.call.phases)})")
