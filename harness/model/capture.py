@@ -312,6 +312,14 @@ def _make_mode_class():
     return CaptureMode
 
 
+UNANNOTATED_WRITES: dict[str, tuple[str, ...]] = {
+    # the schema says `Tensor? running_mean`, yet training mode updates both in place
+    "aten::native_batch_norm": ("running_mean", "running_var"),
+    "aten::batch_norm_update_stats": ("running_mean", "running_var"),
+}
+"""Arguments an op writes although its schema does not mark them ``Tensor(a!)``."""
+
+
 def _mutated_positions(func, args, kwargs) -> tuple[int, ...]:
     """Flattened tensor positions (over args then kwargs) of the arguments the op writes."""
     schema = getattr(func, "_schema", None)
@@ -319,6 +327,7 @@ def _mutated_positions(func, args, kwargs) -> tuple[int, ...]:
         return ()
     written = {a.name for a in schema.arguments
                if a.alias_info is not None and a.alias_info.is_write}
+    written |= set(UNANNOTATED_WRITES.get(schema.name, ()))
     if not written:
         return ()
     out, index = [], 0
