@@ -21,7 +21,9 @@ Note [Replaying a captured call]
   ``normal``.
 * Dtypes: the case's dtype is the first floating input's; inputs of that dtype are
   up-cast for the reference (and a ``dtype=`` argument equal to it follows them), others
-  keep their captured dtype on both sides.
+  keep their captured dtype on both sides; :data:`NO_UPCAST` ops (AMP's fp32-only scale
+  kernels) keep every dtype, so their reference is the CPU in the captured dtypes.
+  A cast's gradient (:data:`GRAD_STANDARD_OVERRIDES`) is a rounding, not a copy.
 * Strides: a non-contiguous input is drawn as its storage (1-D) and viewed with the
   captured sizes and strides (``as_strided``), so the DUT kernel sees the same layout.
 * Devices: a ``device=`` argument becomes the executing side's device; an op without
@@ -88,6 +90,15 @@ DEFAULT_STANDARD = "relative"
 GRAD_STANDARDS = {"ulp": "ulp", "exact": "exact"}
 """The input gradients' standard by the forward's: a view's gradient is the gradient
 viewed back (exact), a product's is a product (ulp), anything else is ``relative``."""
+GRAD_STANDARD_OVERRIDES = {"_to_copy": "absolute", "copy": "absolute"}
+"""A cast's gradient is cast back to the input's dtype: rounded on the DUT (fp16), not in
+the up-cast reference (fp32), so it is a rounding, not a copy."""
+
+NO_UPCAST: dict[str, str] = {
+    "aten._amp_foreach_non_finite_check_and_unscale_": "the kernel takes fp32 scales only",
+    "aten._amp_update_scale_": "the kernel takes an fp32 scale only",
+}
+"""Ops whose reference runs in the captured dtypes (no up-cast), with the reason."""
 
 
 def base_name(op: str) -> str:
@@ -257,7 +268,7 @@ def _float_domain(low: Optional[float], high: Optional[float]) -> str:
     return "normal"
 
 
-def _spec_for(meta: TensorMeta, rng, primary: str, grad: bool):
+def _spec_for(meta: TensorMeta, rng, primary: Optional[str], grad: bool):
     shape = meta.shape if meta.contiguous else (_storage_len(meta.shape, meta.stride),)
     dtype = DTYPES.get(meta.dtype)
     if dtype is None:
@@ -295,6 +306,7 @@ def build_case(model: str, call: Call) -> ModelCase:
     """A :class:`ModelCase` for one captured call (Note [Replaying a captured call])."""
     tensors = call.tensors()
     primary, primary_index = _primary_dtype(tensors)
+    upcast = primary if packet(call.op) not in NO_UPCAST else None
     skip = SKIP_OPS.get(packet(call.op), "")
     if skip:
         return ModelCase(model, call, None, None, primary, ("fwd",), skip)
@@ -312,7 +324,7 @@ def build_case(model: str, call: Call) -> ModelCase:
             index = next(counter)
             if not value.contiguous:
                 layouts[index] = (value.shape, value.stride)
-            return _spec_for(value, call.ranges[index], primary, wants_grad)
+            return _spec_for(value, call.ranges[index], upcast, wants_grad)
         if isinstance(value, (list, tuple)):
             return type(value)(spec(v) for v in value)
         if isinstance(value, torch.dtype) and str(value).replace("torch.", "") == primary \
@@ -333,7 +345,8 @@ def build_case(model: str, call: Call) -> ModelCase:
     standard = standard_for(call.op)
     entry = OpEntry(name=call.op, fn=replay, samples=(), dtypes=(primary,),
                     backward=wants_grad, standard=standard,
-                    grad_standard=GRAD_STANDARDS.get(standard, DEFAULT_STANDARD))
+                    grad_standard=GRAD_STANDARD_OVERRIDES.get(
+                        base_name(call.op), GRAD_STANDARDS.get(standard, DEFAULT_STANDARD)))
     sample = Sample(call.digest, tuple(values))
     if wants_grad and not _has_derivative(entry, sample, primary):
         entry = dataclasses.replace(entry, backward=False)
