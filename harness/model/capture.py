@@ -49,6 +49,9 @@ OPTIMIZERS = {
                                               foreach=True),
 }
 """``--optimizer`` values: how the captured step builds its optimizer."""
+IGNORED_NAMESPACES = ("profiler",)
+"""Namespaces of dispatched calls that are bookkeeping, not kernels (the optimizer's
+``record_function``): not kept."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -234,8 +237,6 @@ def _meta(value: Any) -> Any:
         return tuple(_meta(v) for v in value)
     if isinstance(value, torch.device):
         return DEVICE
-    if isinstance(value, torch.Size):
-        return tuple(value)
     return value
 
 
@@ -285,7 +286,7 @@ def _make_mode_class():
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
-            if self.phase is not None:
+            if self.phase is not None and func.namespace not in IGNORED_NAMESPACES:
                 self.record(func, args, kwargs)
             return func(*args, **kwargs)
 

@@ -45,7 +45,14 @@ from typing import Any, Optional, Sequence
 import torch
 
 from harness import fallback
-from harness.model.capture import DEVICE, Call, Capture, DevicePlaceholder, TensorMeta
+from harness.model.capture import (
+    DEVICE,
+    IGNORED_NAMESPACES,
+    Call,
+    Capture,
+    DevicePlaceholder,
+    TensorMeta,
+)
 from harness.ops.runner import run_case
 from harness.ops.spec import DTYPES, I, M, OpEntry, Sample, T
 
@@ -62,8 +69,6 @@ SKIP_OPS: dict[str, str] = {
 }
 """Ops whose output a DUT and a reference cannot agree on by design (by overload packet)."""
 
-IGNORED_NAMESPACES = ("profiler",)
-"""Namespaces of calls that are bookkeeping, not kernels (the optimizer's record_function)."""
 
 STANDARDS: dict[str, str] = {
     **{name: "ulp" for name in ("mm", "bmm", "addmm", "baddbmm", "addbmm", "addmv", "mv",

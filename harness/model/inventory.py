@@ -31,7 +31,7 @@ from typing import Iterable, Optional, Sequence
 
 import torch
 
-from harness.model.capture import Capture
+from harness.model.capture import IGNORED_NAMESPACES, Capture
 
 DISPATCH_KEYS: dict[str, str] = {
     "npu": "PrivateUse1",   # torch_npu registers its kernels to the PrivateUse1 key
@@ -193,7 +193,7 @@ def _known_bad(qualname: str, device_type: str, stack_id: str,
 
 def inventory(capture: Capture, device_type: str, *, stack_id: str = "",
               fallback_ops: Sequence[str] = (), known_bad: Optional[Iterable[KnownBad]] = None,
-              ignored_namespaces: Sequence[str] = ("profiler",)) -> Inventory:
+              ignored_namespaces: Sequence[str] = IGNORED_NAMESPACES) -> Inventory:
     """The captured ops on one target device type.
 
     Args:
