@@ -1,5 +1,5 @@
 """``python -m harness``: doctor | baseline list/show/diff | report | history | bench-eval |
-faults list/check | ops keywords | localize.
+faults list/check | ops keywords | localize | model.
 
 Nothing heavy is imported at module level: ``doctor`` must run (and explain) even where
 ``import torch`` fails.
@@ -220,6 +220,8 @@ def _cmd_ops(args: argparse.Namespace) -> int:
     else:
         print(keywords.table(rows, no_api))
     return 1 if any(r.missing for r in rows) else 0
+
+
 # --------------------------------------------------------------------------- history
 
 def _cmd_history(args: argparse.Namespace) -> int:
@@ -283,6 +285,14 @@ def _add_bench_eval(sub) -> None:
                          "together). Default: 1")
     ev.add_argument("--json", action="store_true", help="Machine-readable output")
     ev.set_defaults(func=_cmd_bench_eval)
+
+
+# ----------------------------------------------------------------------------- model
+
+def _cmd_model(args: argparse.Namespace) -> int:
+    from harness.model import check
+
+    return check.main(args)
 
 
 # ------------------------------------------------------------------------------ main
@@ -352,6 +362,12 @@ def build_parser() -> argparse.ArgumentParser:
     ops.set_defaults(func=_cmd_ops)
     _add_history(sub)
     _add_bench_eval(sub)
+    model = sub.add_parser("model", help="Capture a model's training step; inventory and "
+                           "check every aten call it makes on the DUT")
+    from harness.model.options import add_arguments as add_model_arguments
+
+    add_model_arguments(model)
+    model.set_defaults(func=_cmd_model)
 
     # dispatched in main() to harness.localize's own parser; listed here for --help
     sub.add_parser("localize", help="Find the first layer where DUT and CPU diverge "

@@ -17,7 +17,10 @@ A module called more than once (a shared pooling layer) is reported as ``name#2`
 ``name#3``... Dropout layers are put in eval mode on both sides so the two compute the
 same function (random masks differ between devices by design).
 
-CLI: ``python -m harness localize simplecnn --dtype float16 [--inject-fault NAME]``
+CLI: ``python -m harness localize simplecnn --dtype float16 [--inject-fault NAME]``,
+or a user's model: ``python -m harness localize --model mypkg.nets:build --input 8x3x32x32
+--amp fp16`` (any ``PKG.MOD:FACTORY`` of ``python -m harness model``); the text output ends
+with the depth-drift curve (Note [Depth drift]) and ``--svg PATH`` writes it as a plot
 (exit 0: no divergence, 1: a layer diverged, 2: usage error). The model may also be
 given as ``--model NAME``; with the current ``cli.py`` (argparse REMAINDER) an option
 can only come first after a ``--``: ``python -m harness localize -- --model resnet``.
@@ -40,6 +43,8 @@ from harness.argtypes import non_negative_int, positive_float, positive_int
 from harness.faults import first_tensor
 
 DTYPES = {"float32": None, "float16": torch.float16, "bfloat16": torch.bfloat16}
+AMP_NAMES = {"fp16": "float16", "float16": "float16", "bf16": "bfloat16",
+             "bfloat16": "bfloat16"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,6 +122,7 @@ class Report:
     loss_dut: float
     loss_ref: float
     unmatched: list[str] = dataclasses.field(default_factory=list)
+    params: list[LayerDiff] = dataclasses.field(default_factory=list)  # gradients, by depth
 
     @property
     def first_forward(self) -> Optional[LayerDiff]:
@@ -127,9 +133,14 @@ class Report:
         return next((d for d in self.backward if not d.ok), None)
 
     @property
+    def first_param(self) -> Optional[LayerDiff]:
+        return next((d for d in self.params if not d.ok), None)
+
+    @property
     def first(self) -> Optional[LayerDiff]:
-        """The first divergence: in the forward pass if any, else in the backward pass."""
-        return self.first_forward or self.first_backward
+        """The first divergence: in the forward pass if any, else in the backward pass,
+        else in a parameter's gradient (first to last layer)."""
+        return self.first_forward or self.first_backward or self.first_param
 
     @property
     def ok(self) -> bool:
@@ -137,7 +148,7 @@ class Report:
 
     @property
     def worst_rel_err(self) -> float:
-        errs = [d.rel_err for d in (*self.forward, *self.backward)]
+        errs = [d.rel_err for d in (*self.forward, *self.backward, *self.params)]
         return max(errs) if errs else 0.0
 
     def to_json(self) -> dict:
@@ -150,7 +161,8 @@ class Report:
                 "loss_dut": self.loss_dut, "loss_ref": self.loss_ref,
                 "unmatched": self.unmatched,
                 "forward": [d.to_json() for d in self.forward],
-                "backward": [d.to_json() for d in self.backward]}
+                "backward": [d.to_json() for d in self.backward],
+                "params": [d.to_json() for d in self.params]}
 
     def text(self, context: int = 3) -> str:
         """A readable report: verdict, then the layers around each first divergence."""
@@ -165,19 +177,112 @@ class Report:
             lines.append(f"layers seen on one side only: {', '.join(self.unmatched)}")
         for phase, diffs, first in (("forward (activations)", self.forward, self.first_forward),
                                     ("backward (output gradients)", self.backward,
-                                     self.first_backward)):
+                                     self.first_backward),
+                                    ("parameter gradients (by depth)", self.params,
+                                     self.first_param)):
             if first is None:
                 lines.append(f"{phase}: all {len(diffs)} layers within tolerance "
                              f"(worst rel_err {max([d.rel_err for d in diffs] or [0]):.3g})")
                 continue
             index = diffs.index(first)
             bad = sum(not d.ok for d in diffs)
+            order = {"forward": "forward", "backward": "backward",
+                     "parameter": "depth"}[phase.split()[0]]
             lines.append(f"{phase}: FIRST DIVERGENCE at layer {first.name!r} (#{index + 1} of "
-                         f"{len(diffs)} in {phase.split()[0]} order; {bad} layers out of "
+                         f"{len(diffs)} in {order} order; {bad} layers out of "
                          "tolerance)")
             for diff in diffs[max(0, index - context):index + context + 1]:
                 lines.append("  " + diff.line())
         return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------ depth drift
+# Note [Depth drift]
+# "Loss within 1% but first-layer gradients 50-100% off" (a field report, 910B vs GPU):
+# errors that grow with depth, or gradients that are far off at the first layers while the
+# last layer is fine, are invisible in a loss curve and obvious as a curve over depth.
+# :func:`depth_curve` prints the relative error of every forward activation (in forward
+# order) and of every parameter's gradient (in registration order: first to last layer)
+# as a log-scale bar, with the limit each was judged by; :func:`plot_svg` draws the same.
+
+CURVE_DECADES = (-8, 0)
+"""The bar's log10 range: 1e-8 (empty bar) to 1 (full bar)."""
+
+
+def _bar(value: float, width: int) -> str:
+    low, high = CURVE_DECADES
+    if not value > 0:
+        return ""
+    if not math.isfinite(value):
+        return "#" * width + ">"
+    filled = (math.log10(value) - low) / (high - low) * width
+    return "#" * max(1, min(width, round(filled)))
+
+
+def depth_curve(report: Report, width: int = 32) -> str:
+    """The depth-drift curve as text (Note [Depth drift])."""
+    low, high = CURVE_DECADES
+    lines = [f"depth drift: {report.model} ({report.dtype}) vs CPU fp32; bar = log10 rel_err "
+             f"from 1e{low} to 1e{high}, !! = out of tolerance"]
+    for title, diffs in (("forward activations (forward order)", report.forward),
+                         ("parameter gradients (first to last layer)", report.params)):
+        lines.append(f"{title}: {len(diffs)}")
+        for index, diff in enumerate(diffs, 1):
+            mark = "  " if diff.ok else "!!"
+            lines.append(f"{mark}{index:>4} {diff.name:<28} {str(tuple(diff.shape)):<18} "
+                         f"rel_err {diff.rel_err:9.3g} (limit {diff.limit:8.3g})  "
+                         f"|{_bar(diff.rel_err, width):<{width}}|")
+    if report.params:
+        first, last = report.params[0], report.params[-1]
+        ratio = first.rel_err / last.rel_err if last.rel_err > 0 else math.inf
+        lines.append(f"first-layer / last-layer gradient error: {first.rel_err:.3g} / "
+                     f"{last.rel_err:.3g} = {ratio:.3g}x ({first.name} vs {last.name})")
+    return "\n".join(lines)
+
+
+def plot_svg(report: Report) -> str:
+    """The depth-drift curve as an SVG string (inline in a report; no network, no file).
+
+    Needs matplotlib (imported here, not at module import); raises ``RuntimeError`` with
+    the install command when it is missing.
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg", force=False)
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise RuntimeError(f"the depth-drift plot needs matplotlib ({exc}); "
+                           "pip install matplotlib, or use the text curve") from None
+    import io
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
+    for ax, title, diffs in ((axes[0], "forward activations", report.forward),
+                             (axes[1], "parameter gradients (depth)", report.params)):
+        xs = list(range(1, len(diffs) + 1))
+        floor = 10.0 ** CURVE_DECADES[0]
+        ax.semilogy(xs, [max(d.rel_err, floor) for d in diffs], marker="o", ms=3,
+                    label="DUT rel_err")
+        ax.semilogy(xs, [max(d.limit, floor) for d in diffs], ls="--", lw=1, label="limit")
+        if any(d.ref_err is not None for d in diffs):
+            ax.semilogy(xs, [max(d.ref_err or 0.0, floor) for d in diffs], ls=":", lw=1,
+                        label="CPU same dtype")
+        bad = [(x, d) for x, d in zip(xs, diffs) if not d.ok]
+        if bad:
+            ax.scatter([x for x, _ in bad], [max(d.rel_err, floor) for _, d in bad],
+                       color="red", zorder=3, label="out of tolerance")
+        ax.set_title(title)
+        ax.set_xlabel("layer (forward order)" if ax is axes[0] else "parameter (first to last)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    axes[0].set_ylabel("relative L2 error")
+    fig.suptitle(f"depth drift: {report.model} on {report.device} ({report.dtype})")
+    fig.tight_layout()
+    buffer = io.StringIO()
+    fig.savefig(buffer, format="svg")
+    plt.close(fig)
+    text = buffer.getvalue()
+    return text[text.index("<svg"):]  # drop the XML prolog: embeddable as is
 
 
 # ---------------------------------------------------------------------------- capture
@@ -188,6 +293,7 @@ class _Capture:
     def __init__(self, model: nn.Module) -> None:
         self.forward: dict[str, torch.Tensor] = {}
         self.backward: dict[str, torch.Tensor] = {}
+        self.params: dict[str, torch.Tensor] = {}
         self._calls: dict[str, int] = {}
         self._handles = []
         for name, module in model.named_modules():
@@ -212,6 +318,11 @@ class _Capture:
     def remove(self) -> None:
         for handle in self._handles:
             handle.remove()
+
+    def keep_param_grads(self, model: nn.Module) -> None:
+        """After the backward: every parameter's gradient, in registration (depth) order."""
+        self.params = {name: p.grad.detach().to("cpu", copy=True)
+                       for name, p in model.named_parameters() if p.grad is not None}
 
 
 def _metrics(dut: torch.Tensor, ref: torch.Tensor) -> tuple[float, float, float, int]:
@@ -255,6 +366,7 @@ def _run(model: nn.Module, x: torch.Tensor, y: torch.Tensor, autocast, loss_scal
             out = model(x)
         loss = loss_fn(out.float(), y)
         (loss * loss_scale).backward()
+        capture.keep_param_grads(model)
     finally:
         capture.remove()
     return capture, float(loss.detach())
@@ -319,9 +431,12 @@ def localize(model_factory: Callable[[], nn.Module], batch: tuple[torch.Tensor, 
                     same.forward if same else None)
     backward = pairs("backward", dut_capture.backward, ref_capture.backward,
                      same.backward if same else None)
+    params = [compare(k, "param_grad", v, ref_capture.params[k], tol,
+                      same.params.get(k) if same is not None else None)
+              for k, v in dut_capture.params.items() if k in ref_capture.params]
     unmatched = sorted(set(dut_capture.forward) ^ set(ref_capture.forward))
     return Report(model_name, f"{device.type}:{device.index}", dtype_name, seed, train, tol,
-                  forward, backward, loss_dut, loss_ref, unmatched)
+                  forward, backward, loss_dut, loss_ref, unmatched, params)
 
 
 def report_for(model_name: str, device, *, amp_dtype=None, seed: int = 0, scale: str = "small",
@@ -353,15 +468,26 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m harness localize",
         description="Find the first layer where the DUT and the CPU fp32 reference diverge "
                     "(one batch, same seed and weights, hooks on every module).")
-    parser.add_argument("model_positional", nargs="?", choices=sorted(training.MODELS),
-                        metavar="MODEL", help="Model (same as --model)")
-    parser.add_argument("--model", default=None, choices=sorted(training.MODELS),
-                        metavar="NAME", help="Model: %(choices)s. Default: 'simplecnn'")
+    names = ", ".join(sorted(training.MODELS))
+    parser.add_argument("model_positional", nargs="?", metavar="MODEL",
+                        help="Model (same as --model)")
+    parser.add_argument("--model", default=None, metavar="NAME|PKG.MOD:FACTORY",
+                        help=f"Model: {names}, or a factory returning an nn.Module or "
+                             "(module, example_inputs[, target]). Default: 'simplecnn'")
+    parser.add_argument("--input", default=None, metavar="SHAPE[:DTYPE]",
+                        help="Input shape for a factory model (e.g. 8x3x32x32). Default: "
+                             "the factory's example input")
     parser.add_argument("--device", default="auto", choices=("auto", *DEVICE_TYPES),
                         metavar="TYPE", help="Device under test. Default: %(default)r")
     parser.add_argument("--dtype", default="float32", choices=sorted(DTYPES), metavar="DTYPE",
                         help="DUT compute dtype (float16/bfloat16 use autocast). "
                              "Default: %(default)r")
+    parser.add_argument("--amp", default=None, choices=sorted(AMP_NAMES), metavar="DTYPE",
+                        help="Same as --dtype, short names too: fp16, bf16, float16, "
+                             "bfloat16. Default: none")
+    parser.add_argument("--svg", default=None, metavar="PATH",
+                        help="Also write the depth-drift plot as SVG (needs matplotlib). "
+                             "Default: none")
     parser.add_argument("--seed", default=0, type=int, metavar="N",
                         help="Seed of the weights and the batch. Default: %(default)r")
     parser.add_argument("--batch-size", default=8, type=positive_int, metavar="N",
@@ -380,6 +506,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _model_and_batch(args):
+    """(factory, (inputs, targets), loss_fn) for a named model or a ``PKG.MOD:FACTORY``."""
+    from harness import data, training
+
+    if ":" not in args.model:
+        return (training.model_factory(args.model, args.scale),
+                data.one_batch(args.batch_size, args.seed), F.cross_entropy)
+    from harness.model.spec import SpecError, load_factory, make_target, parse_tensor_specs
+
+    inputs = parse_tensor_specs(args.input) if args.input else None
+    spec = load_factory(args.model, inputs, seed=args.seed)
+    if len(spec.inputs) != 1:
+        raise SpecError(f"model {args.model}: localize feeds one input tensor, the factory "
+                        f"gives {len(spec.inputs)}")
+    x = spec.inputs[0]
+    target = spec.target
+    if target is None:
+        with torch.no_grad():
+            out = copy.deepcopy(spec.module)(x)
+        target = make_target(first_tensor(out), None,
+                             torch.Generator().manual_seed(args.seed + 2))
+    loss_fn = F.mse_loss if target.is_floating_point() else F.cross_entropy
+    return (lambda: load_factory(args.model, inputs, seed=args.seed).module,
+            (x, target), loss_fn)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """``python -m harness localize ...``; 0 when no layer diverges, 1 when one does."""
     from harness import faults
@@ -391,28 +543,45 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         argv = argv[1:]
     args = parser.parse_args(argv)
     args.model = args.model or args.model_positional or "simplecnn"
+    if args.amp:
+        args.dtype = AMP_NAMES[args.amp]
+    from harness import training
+    from harness.model.spec import SpecError
+
     try:
+        if ":" not in args.model and args.model not in training.MODELS:
+            raise SpecError(f"unknown model {args.model!r}; choose from "
+                            f"{', '.join(sorted(training.MODELS))}, or give PKG.MOD:FACTORY")
         faults.set_active(args.inject_fault)
         device, _ = select(args.device)
-    except (faults.FaultError, DeviceUnavailable) as exc:
+        factory, batch, loss_fn = _model_and_batch(args)
+    except (faults.FaultError, DeviceUnavailable, SpecError) as exc:
         print(f"error: {exc}")
         return 2
     tolerance = None
     if args.rel is not None:
         base = TOLERANCES[args.dtype]
         tolerance = Tolerance(rel=args.rel, cosine=base.cosine, ratio=base.ratio)
-    from harness import data, training
-
-    report = localize(training.model_factory(args.model, args.scale),
-                      data.one_batch(args.batch_size, args.seed), device,
-                      amp_dtype=DTYPES[args.dtype], seed=args.seed, train=not args.eval,
-                      tolerance=tolerance, model_name=args.model)
+    name = args.model.rsplit(":", 1)[-1]
+    report = localize(factory, batch, device, amp_dtype=DTYPES[args.dtype], seed=args.seed,
+                      train=not args.eval, tolerance=tolerance, model_name=name,
+                      loss_fn=loss_fn)
+    if args.svg:
+        try:
+            with open(args.svg, "w", encoding="utf-8") as handle:
+                handle.write(plot_svg(report))
+        except (RuntimeError, OSError) as exc:
+            print(f"error: no plot: {exc}")
+            return 2
     if args.json:
         print(json.dumps(report.to_json(), indent=1))
     else:
         if args.inject_fault:
             print(f"injected faults (DUT side): {', '.join(args.inject_fault)}")
         print(report.text(context=args.context))
+        print(depth_curve(report))
+        if args.svg:
+            print(f"plot: {args.svg}")
         first = report.first
         print(f"verdict: first divergent layer: {first.name} ({first.phase})" if first
               else "verdict: no layer diverges")

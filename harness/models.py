@@ -176,3 +176,41 @@ class DeepMLP(nn.Module):
         for block in self.layers:
             x = block(x)
         return self.out(x)
+
+
+# ------------------------------------------------------- factories (PKG.MOD:FACTORY)
+# ``python -m harness model harness.models:resnet18`` and ``pytest --model ...`` call these
+# with no arguments; each returns (module, example_inputs), which ``--input`` may replace.
+
+def simplecnn() -> tuple[nn.Module, torch.Tensor]:
+    """SimpleCNN with a 2x3x32x32 example batch."""
+    return SimpleCNN(), torch.randn(2, 3, 32, 32)
+
+
+def resnet18() -> tuple[nn.Module, torch.Tensor]:
+    """ResNet-18 proper (CIFAR stem: widths 64..512, blocks 2-2-2-2), 2x3x32x32 batch."""
+    return resnet("full"), torch.randn(2, 3, 32, 32)
+
+
+def transformer_block() -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
+    """One pre-LN TransformerBlock (dim 64, 4 heads) on 2x16x64 tokens, regressed onto a
+    same-shape target (mean squared error)."""
+    return TransformerBlock(dim=64, heads=4), torch.randn(2, 16, 64), torch.randn(2, 16, 64)
+
+
+class SincMLP(nn.Module):
+    """An MLP with a sinc activation: ``aten.sinc`` is in no curated catalog row, so only
+    the model cases check it (the stand-in for a user's unusual op; fault ``model.sinc_*``)."""
+
+    def __init__(self, width: int = 32, num_classes: int = 10) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(48, width)
+        self.fc2 = nn.Linear(width, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(torch.sinc(self.fc1(x)))
+
+
+def sinc_mlp() -> tuple[nn.Module, torch.Tensor]:
+    """SincMLP with a 4x48 example batch."""
+    return SincMLP(), torch.randn(4, 48)

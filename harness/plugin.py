@@ -74,6 +74,25 @@ def _regex(text: str) -> str:
     return text
 
 
+def _model_factory(text: str) -> str:
+    from harness.model.spec import SpecError, check_factory
+
+    try:
+        return check_factory(text)
+    except SpecError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _model_input(text: str) -> str:
+    from harness.model.spec import SpecError, parse_tensor_specs
+
+    try:
+        parse_tensor_specs(text, source="--model-input")
+    except SpecError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 # Every option in one table: (flags, argparse keyword arguments). One place to add one.
 OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
     (("--device",), dict(default="auto", choices=("auto", *DEVICE_TYPES), metavar="TYPE",
@@ -136,6 +155,14 @@ OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
                              help="Repeat the selected benchmarks in K fresh processes (this "
                                   "one and K-1 children) and judge all K runs (record: store "
                                   "all K). Default: %(default)r")),
+    (("--model",), dict(action="append", default=[], metavar="PKG.MOD:FACTORY",
+                        type=_model_factory,
+                        help="Capture this model's training step and check every aten call "
+                             "it makes (repeatable; suites/model). Default: none")),
+    (("--model-input",), dict(default=None, metavar="SHAPE[:DTYPE]", type=_model_input,
+                              help="Input shape(s) for --model, e.g. 8x3x32x32 or "
+                                   "8x3x32x32:float16. Default: the factory's example "
+                                   "inputs")),
 ]
 
 
@@ -178,6 +205,7 @@ def _settings(config: pytest.Config) -> Settings:
         training_scale=opt("training_scale"), dist_timeout=opt("dist_timeout"),
         fail_on=opt("fail_on"), keep_results=opt("keep_results"),
         bench_runs=opt("bench_runs"),
+        models=tuple(opt("model")), model_input=opt("model_input"),
     )
 
 

@@ -54,6 +54,8 @@ class Settings:
     fail_on: str = "no-go"
     keep_results: int = 20
     bench_runs: int = 1
+    models: tuple[str, ...] = ()
+    model_input: Optional[str] = None
 
     @property
     def compares(self) -> bool:

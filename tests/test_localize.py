@@ -124,3 +124,64 @@ def test_running_var_fault_leaves_train_mode_outputs_and_backward_intact(cpu):
     # (batch statistics) must stay clean and the backward must still run
     faults.set_active(["training.bn_running_var_biased"])
     assert _report(cpu, model="tinycnn", batch_size=4).ok
+
+
+def test_parameter_gradients_are_compared_by_depth(cpu):
+    report = _report(cpu, model="simplecnn", amp_dtype=torch.float16)
+    names = [d.name for d in report.params]
+    assert names[0] == "conv1.weight" and names[-1] == "fc2.bias"  # first to last layer
+    assert all(d.phase == "param_grad" and d.ref_err is not None for d in report.params)
+    curve = localize.depth_curve(report)
+    assert "parameter gradients (first to last layer): 12" in curve
+    assert "first-layer / last-layer gradient error:" in curve
+
+
+def test_a_parameter_gradient_fault_is_the_first_divergence(cpu):
+    factory = training.model_factory("tinycnn")
+    torch.manual_seed(0)
+    dut = factory()
+    first = next(dut.parameters())
+    first.register_hook(lambda grad: grad * 1.5)  # only the first layer's weight gradient
+    report = localize.localize(factory, data.one_batch(4), cpu, dut_model=dut)
+    assert report.first_forward is None and report.first_backward is None
+    assert report.first is report.params[0] and report.first.phase == "param_grad"
+    assert all(d.ok for d in report.params[1:])
+
+
+def test_cli_takes_a_factory_and_amp_short_names(capsys):
+    code = localize.main(["--model", "harness.models:sinc_mlp", "--device", "cpu",
+                          "--amp", "bf16", "--input", "4x48"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "divergence finder: sinc_mlp on cpu:0 (bfloat16" in out
+    assert "depth drift: sinc_mlp (bfloat16)" in out and "fc1.weight" in out
+
+
+def test_cli_unknown_model_is_a_usage_error(capsys):
+    assert localize.main(["--model", "nosuchmodel", "--device", "cpu"]) == 2
+    assert "unknown model 'nosuchmodel'" in capsys.readouterr().out
+    assert localize.main(["--model", "no_such_pkg_q:build", "--device", "cpu"]) == 2
+    assert "cannot import 'no_such_pkg_q'" in capsys.readouterr().out
+
+
+def test_plot_svg_is_an_embeddable_svg(cpu):
+    pytest.importorskip("matplotlib")
+    svg = localize.plot_svg(_report(cpu, model="tinycnn", batch_size=2))
+    assert svg.startswith("<svg") and svg.rstrip().endswith("</svg>")
+    assert "parameter gradients" in svg
+
+
+def test_plot_svg_without_matplotlib_says_how_to_install(cpu, monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_matplotlib(name, *args, **kwargs):
+        if name.startswith("matplotlib"):
+            raise ImportError("No module named 'matplotlib'")
+        return real_import(name, *args, **kwargs)
+
+    report = _report(cpu, model="tinycnn", batch_size=2)
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    with pytest.raises(RuntimeError, match="pip install matplotlib"):
+        localize.plot_svg(report)

@@ -1,0 +1,429 @@
+"""Every captured call as a conformance case, judged exactly as the op catalog judges.
+
+Each distinct (op, signature) of a :class:`~harness.model.capture.Capture` becomes an
+:class:`~harness.ops.spec.OpEntry` with one :class:`~harness.ops.spec.Sample` of the
+captured shapes, dtypes and strides, and runs through the catalog's own runner
+(:func:`harness.ops.runner.run_case`): seeded inputs, the DUT inside ``device.scope()``,
+the CPU up-cast reference and the CPU low-precision reference outside it, one
+:class:`~harness.compare.Verdict` per output and input gradient under the standards table
+of :mod:`harness.compare`. One policy, not a third pipeline.
+
+Record ids: ``model/<name>/<op>/<digest>/<fwd|bwd>``, e.g.
+``model/resnet18/aten.convolution.default/5e7c136e/bwd`` (the digest: Note [Capture
+signatures] in :mod:`harness.model.capture`), stable across runs and torch versions as
+long as the model dispatches the same call.
+
+Note [Replaying a captured call]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+* Values: drawn by the catalog's generators within the captured range (Note [Captured
+  value ranges]): index tensors within the captured index range, floats ``positive`` when
+  every captured value was >= 0 (a variance, an inverse std, a ReLU output), else
+  ``normal``.
+* Dtypes: the case's dtype is the first floating input's; inputs of that dtype are
+  up-cast for the reference (and a ``dtype=`` argument equal to it follows them), others
+  keep their captured dtype on both sides; :data:`NO_UPCAST` ops (AMP's fp32-only scale
+  kernels) keep every dtype, so their reference is the CPU in the captured dtypes.
+  A cast's gradient (:data:`GRAD_STANDARD_OVERRIDES`) is a rounding, not a copy.
+* Strides: a non-contiguous input is drawn as its storage (1-D) and viewed with the
+  captured sizes and strides (``as_strided``), so the DUT kernel sees the same layout.
+* Devices: a ``device=`` argument becomes the executing side's device; an op without
+  tensor inputs gets a 0-element anchor tensor that says where it runs.
+* Mutation: in-place ops run on copies (the runner copies every input); the written
+  arguments are compared as outputs (BatchNorm's running statistics, an optimizer's
+  parameters), and ones that need a gradient are cloned first.
+* Backward: only for calls from the forward phase with inputs that required grad, and
+  only where autograd has a derivative (probed on the meta device, else the CPU);
+  backward-phase and optimizer calls are checked forward only, as the kernels they are.
+* Random and uninitialised ops (:data:`SKIP_OPS`) are recorded ``skip`` with the reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional, Sequence
+
+import torch
+
+from harness import fallback
+from harness.model.capture import (
+    DEVICE,
+    IGNORED_NAMESPACES,
+    Call,
+    Capture,
+    DevicePlaceholder,
+    TensorMeta,
+)
+from harness.ops.runner import run_case
+from harness.ops.spec import DTYPES, I, M, OpEntry, Sample, T
+
+SKIP_OPS: dict[str, str] = {
+    **{op: "random: its output is a random draw" for op in (
+        "aten.native_dropout", "aten.bernoulli", "aten.bernoulli_", "aten.rand",
+        "aten.rand_like", "aten.randn", "aten.randn_like", "aten.randint",
+        "aten.randint_like", "aten.randperm", "aten.normal", "aten.normal_", "aten.uniform_",
+        "aten.exponential_", "aten.geometric_", "aten.log_normal_", "aten.cauchy_",
+        "aten.multinomial", "aten.rrelu_with_noise")},
+    **{op: "undefined output: uninitialised memory" for op in (
+        "aten.empty", "aten.empty_like", "aten.empty_strided", "aten.new_empty",
+        "aten.new_empty_strided", "aten.empty_permuted", "aten.resize_", "aten.set_")},
+}
+"""Ops whose output a DUT and a reference cannot agree on by design (by overload packet)."""
+
+
+STANDARDS: dict[str, str] = {
+    **{name: "ulp" for name in ("mm", "bmm", "addmm", "baddbmm", "addbmm", "addmv", "mv",
+                                "dot", "linear", "matmul")},
+    **{name: "absolute" for name in ("add", "sub", "mul", "div", "reciprocal", "rsqrt", "neg",
+                                     "relu", "threshold_backward", "leaky_relu", "hardtanh",
+                                     "clamp", "clamp_min", "clamp_max", "maximum", "minimum")},
+    **{name: "exact" for name in (
+        "view", "_unsafe_view", "reshape", "t", "transpose", "permute", "expand", "clone",
+        "copy", "_to_copy", "detach", "alias", "lift_fresh", "cat", "stack", "select",
+        "slice", "split", "split_with_sizes", "unbind", "squeeze", "unsqueeze", "flatten",
+        "zeros_like", "ones_like", "full_like", "fill", "zero", "new_zeros", "new_ones",
+        "new_full", "full", "zeros", "ones", "scalar_tensor", "index_select", "gather",
+        "masked_fill", "where", "as_strided", "_local_scalar_dense", "eq", "ne", "lt", "le",
+        "gt", "ge", "max_pool2d_with_indices", "max_pool1d_with_indices", "slice_backward",
+        "select_backward", "embedding", "_reshape_alias", "contiguous", "unfold", "roll",
+        "flip", "repeat", "constant_pad_nd", "arange", "tril", "triu", "sign")},
+}
+"""Precision standard per aten op (overload packet without ``aten.``, a trailing ``_`` and a
+``_foreach_`` prefix), after DESIGN.md's table: ``ulp`` for matrix multiplication,
+``absolute`` for the elementwise arithmetic and relu-like ops, ``exact`` for copies,
+layout, selection and comparisons, ``relative`` (:data:`DEFAULT_STANDARD`) for the rest."""
+DEFAULT_STANDARD = "relative"
+GRAD_STANDARDS = {"ulp": "ulp", "exact": "exact"}
+"""The input gradients' standard by the forward's: a view's gradient is the gradient
+viewed back (exact), a product's is a product (ulp), anything else is ``relative``."""
+GRAD_STANDARD_OVERRIDES = {"_to_copy": "absolute", "copy": "absolute"}
+"""A cast's gradient is cast back to the input's dtype: rounded on the DUT (fp16), not in
+the up-cast reference (fp32), so it is a rounding, not a copy."""
+
+NO_UPCAST: dict[str, str] = {
+    "aten._amp_foreach_non_finite_check_and_unscale_": "the kernel takes fp32 scales only",
+    "aten._amp_update_scale_": "the kernel takes an fp32 scale only",
+}
+"""Ops whose reference runs in the captured dtypes (no up-cast), with the reason."""
+
+
+def base_name(op: str) -> str:
+    """``aten._foreach_add_.List`` -> ``add``; ``aten.convolution.default`` -> ``convolution``."""
+    name = op.split(".")[1] if op.count(".") >= 1 else op
+    if name.startswith("_foreach_"):
+        name = name[len("_foreach_"):]
+    return name[:-1] if name.endswith("_") and not name.endswith("__") else name
+
+
+def packet(op: str) -> str:
+    """``aten.add_.Tensor`` -> ``aten.add_``."""
+    return ".".join(op.split(".")[:2])
+
+
+def standard_for(op: str) -> str:
+    return STANDARDS.get(base_name(op), DEFAULT_STANDARD)
+
+
+class _CaseDtype:
+    """A ``dtype=`` argument equal to the case's dtype (Note [Replaying a captured call])."""
+
+    def __repr__(self) -> str:
+        return "<case dtype>"
+
+
+CASE_DTYPE = _CaseDtype()
+
+
+# ------------------------------------------------------------------------ the replay
+
+class Replay:
+    """The OpEntry's callable: rebuilds the captured call from the runner's tensors.
+
+    Called as ``replay(*values)`` where ``values`` are the sample's materialized
+    arguments (positional arguments, then keyword-argument values), on the DUT or the
+    CPU; restrides, resolves device and dtype placeholders, runs the aten overload, and
+    returns its outputs plus the arguments it wrote. Inside the DUT scope the call runs
+    under :func:`harness.fallback.capture`; what it saw falling back is kept in
+    :attr:`fallbacks`.
+    """
+
+    def __init__(self, overload, n_args: int, kw_names: Sequence[str],
+                 layouts: dict[int, tuple[tuple[int, ...], tuple[int, ...]]],
+                 mutates: Sequence[int], anchor: bool, dtype_from: Optional[int]) -> None:
+        self.overload = overload
+        self.n_args = n_args
+        self.kw_names = tuple(kw_names)
+        self.layouts = layouts
+        self.mutates = tuple(mutates)
+        self.anchor = anchor
+        self.dtype_from = dtype_from
+        self.fallbacks: list[str] = []
+        self.__name__ = str(overload)
+
+    def __call__(self, *values: Any) -> Any:
+        from harness.device import Device
+
+        values_list = list(values)
+        anchor = values_list.pop(0) if self.anchor else None
+        tensors: list[torch.Tensor] = []
+
+        def fix(value: Any) -> Any:
+            if isinstance(value, torch.Tensor):
+                index = len(tensors)
+                if index in self.layouts:
+                    shape, stride = self.layouts[index]
+                    value = value.as_strided(shape, stride)
+                if index in self.mutates and value.requires_grad:
+                    value = value.clone()
+                tensors.append(value)
+                return value
+            if isinstance(value, (list, tuple)):
+                return type(value)(fix(v) for v in value)
+            return value
+
+        values_list = [fix(v) for v in values_list]
+        where = anchor.device if anchor is not None else tensors[0].device
+        dtype = tensors[self.dtype_from].dtype if self.dtype_from is not None else None
+
+        def resolve(value: Any) -> Any:
+            if isinstance(value, DevicePlaceholder):
+                return where
+            if isinstance(value, _CaseDtype):
+                return dtype
+            if isinstance(value, (list, tuple)) and not isinstance(value, torch.Size):
+                return type(value)(resolve(v) for v in value)
+            return value
+
+        values_list = [resolve(v) for v in values_list]
+        args = values_list[:self.n_args]
+        kwargs = dict(zip(self.kw_names, values_list[self.n_args:]))
+        if Device.in_scope():
+            with fallback.capture(stderr=fallback.default_stderr_capture(where.type)) as seen:
+                out = self.overload(*args, **kwargs)
+            self.fallbacks.extend(op for op in seen.ops if op not in self.fallbacks)
+        else:
+            out = self.overload(*args, **kwargs)
+        return _outputs(out, [tensors[i] for i in self.mutates if i < len(tensors)])
+
+
+def _flat_tensors(value: Any) -> list:
+    if isinstance(value, (list, tuple)):
+        return [x for v in value for x in _flat_tensors(v)]
+    return [value]
+
+
+def _outputs(out: Any, written: list[torch.Tensor]) -> Any:
+    """An op's result for the runner: tensors (scalars as 0-d tensors), plus written
+    arguments the result does not already return."""
+    items = [] if out is None else _flat_tensors(out)
+    items = [torch.tensor(x) if isinstance(x, (bool, int, float)) else x for x in items]
+    items = [x for x in items if isinstance(x, torch.Tensor) or x is None]
+    for tensor in written:
+        if not any(tensor is x for x in items):
+            items.append(tensor)
+    if len(items) == 1:
+        return items[0]
+    return tuple(items)
+
+
+# --------------------------------------------------------------------------- cases
+
+@dataclasses.dataclass
+class ModelCase:
+    """One captured call, ready to run: the catalog entry, its sample and dtype."""
+
+    model: str
+    call: Call
+    entry: Optional[OpEntry]
+    sample: Optional[Sample]
+    dtype: str
+    directions: tuple[str, ...]
+    skip: str = ""
+
+    @property
+    def param_id(self) -> str:
+        """The pytest parameter id: ``resnet18-aten.convolution.default-5e7c136e``."""
+        return f"{self.model}-{self.call.op}-{self.call.digest}"
+
+    def record_id(self, direction: str) -> str:
+        return f"model/{self.model}/{self.call.op}/{self.call.digest}/{direction}"
+
+
+@dataclasses.dataclass
+class CaseResult:
+    """One record's worth of a model case (what ``Recorder.record`` takes)."""
+
+    id: str
+    status: str
+    metrics: dict = dataclasses.field(default_factory=dict)
+    rules: dict = dataclasses.field(default_factory=dict)
+    message: str = ""
+    info: dict = dataclasses.field(default_factory=dict)
+    fallbacks: list = dataclasses.field(default_factory=list)
+
+
+def _storage_len(shape: tuple[int, ...], stride: tuple[int, ...]) -> int:
+    if any(s == 0 for s in shape):
+        return 0
+    return 1 + sum((size - 1) * st for size, st in zip(shape, stride))
+
+
+def _float_domain(low: Optional[float], high: Optional[float]) -> str:
+    if low is not None and low >= 0 and high is not None and high > 0:
+        return "positive"
+    return "normal"
+
+
+def _spec_for(meta: TensorMeta, rng, primary: Optional[str], grad: bool):
+    shape = meta.shape if meta.contiguous else (_storage_len(meta.shape, meta.stride),)
+    dtype = DTYPES.get(meta.dtype)
+    if dtype is None:
+        raise ValueError(f"dtype {meta.dtype} cannot be replayed")
+    if dtype == torch.bool:
+        p = rng.high if rng.low is not None and rng.low == rng.high else 0.5
+        return M(shape, p)
+    if dtype == torch.int64:
+        low = int(rng.low) if rng.low is not None else 0
+        high = int(rng.high) + 1 if rng.high is not None else low + 1
+        return I(shape, high=max(high, low + 1), low=low)
+    if not dtype.is_floating_point:
+        domain = "positive" if rng.low is not None and rng.low >= 0 else "normal"
+        return T(shape, domain, grad=False, dtype=meta.dtype)
+    return T(shape, _float_domain(rng.low, rng.high), grad=grad and meta.requires_grad,
+             dtype=None if meta.dtype == primary else meta.dtype)
+
+
+def _primary_dtype(tensors: list[TensorMeta]) -> tuple[str, Optional[int]]:
+    for index, meta in enumerate(tensors):
+        if meta.dtype in DTYPES and DTYPES[meta.dtype].is_floating_point:
+            return meta.dtype, index
+    for index, meta in enumerate(tensors):
+        if meta.dtype in DTYPES:
+            return meta.dtype, index
+    return "float32", None
+
+
+def _overload(op: str):
+    namespace, name, overload = op.split(".")
+    return getattr(getattr(getattr(torch.ops, namespace), name), overload)
+
+
+def build_case(model: str, call: Call) -> ModelCase:
+    """A :class:`ModelCase` for one captured call (Note [Replaying a captured call])."""
+    tensors = call.tensors()
+    primary, primary_index = _primary_dtype(tensors)
+    upcast = primary if packet(call.op) not in NO_UPCAST else None
+    skip = SKIP_OPS.get(packet(call.op), "")
+    if skip:
+        return ModelCase(model, call, None, None, primary, ("fwd",), skip)
+    try:
+        overload = _overload(call.op)
+    except (AttributeError, ValueError) as exc:
+        return ModelCase(model, call, None, None, primary, ("fwd",),
+                         f"cannot find {call.op} in torch.ops ({exc})")
+    wants_grad = call.phase == "forward" and any(m.requires_grad for m in tensors)
+    counter = iter(range(len(tensors)))
+    layouts: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+
+    def spec(value: Any) -> Any:
+        if isinstance(value, TensorMeta):
+            index = next(counter)
+            if not value.contiguous:
+                layouts[index] = (value.shape, value.stride)
+            return _spec_for(value, call.ranges[index], upcast, wants_grad)
+        if isinstance(value, (list, tuple)):
+            return type(value)(spec(v) for v in value)
+        if isinstance(value, torch.dtype) and str(value).replace("torch.", "") == primary \
+                and primary_index is not None:
+            return CASE_DTYPE
+        return value
+
+    try:
+        values = [spec(v) for v in (*call.args, *call.kwargs.values())]
+    except ValueError as exc:
+        return ModelCase(model, call, None, None, primary, ("fwd",), str(exc))
+    anchor = primary_index is None or any(
+        isinstance(v, DevicePlaceholder) for v in _flat_tensors(values))
+    if anchor:
+        values.insert(0, T((0,), grad=False))
+    replay = Replay(overload, len(call.args), list(call.kwargs), layouts, call.mutates,
+                    anchor, primary_index)
+    standard = standard_for(call.op)
+    entry = OpEntry(name=call.op, fn=replay, samples=(), dtypes=(primary,),
+                    backward=wants_grad, standard=standard,
+                    grad_standard=GRAD_STANDARD_OVERRIDES.get(
+                        base_name(call.op), GRAD_STANDARDS.get(standard, DEFAULT_STANDARD)))
+    sample = Sample(call.digest, tuple(values))
+    if wants_grad and not _has_derivative(entry, sample, primary):
+        entry = dataclasses.replace(entry, backward=False)
+    directions = ("fwd", "bwd") if entry.backward else ("fwd",)
+    return ModelCase(model, call, entry, sample, primary, directions)
+
+
+def _has_derivative(entry: OpEntry, sample: Sample, dtype: str) -> bool:
+    """Whether autograd can differentiate the call: the runner's own execution, on the meta
+    device (no compute), else on the CPU."""
+    from harness.ops.runner import _execute  # the catalog's execution, not a copy of it
+    from harness.ops.spec import materialize
+
+    gen = torch.Generator().manual_seed(0)
+    values = materialize(sample, dtype, gen)
+    for where in ("meta", "cpu"):
+        try:
+            _, grads, _ = _execute(entry, values, sample, torch.device(where),
+                                   DTYPES[dtype], True, None, gen)
+            return grads is not None and any(g is not None for g in grads)
+        except NotImplementedError:
+            continue  # no meta kernel: try the CPU
+        except Exception:  # noqa: BLE001 - "derivative not implemented" and friends
+            return False
+    return False
+
+
+def build_cases(capture: Capture) -> list[ModelCase]:
+    """One case per distinct call, bookkeeping namespaces left out."""
+    return [build_case(capture.model, call) for call in capture.calls
+            if call.op.split(".", 1)[0] not in IGNORED_NAMESPACES]
+
+
+def run_model_case(device, case: ModelCase, seed: int = 0,
+                   reproduce: str = "") -> list[CaseResult]:
+    """Run one case on the DUT against the CPU references (the catalog's runner)."""
+    info = {"signature": case.call.signature[:500], "phases": dict(case.call.phases),
+            "count": case.call.count}
+    if case.skip or case.entry is None or case.sample is None:
+        return [CaseResult(case.record_id("fwd"), "skip", message=case.skip, info=info)]
+    replay: Replay = case.entry.fn
+    replay.fallbacks.clear()
+    outcomes = run_case(device, case.entry, case.dtype, case.sample, seed, case.directions)
+    out = []
+    for outcome in outcomes:
+        standard = (case.entry.standard if outcome.direction == "fwd"
+                    else case.entry.gradient_standard)
+        status, message = outcome.status, ""
+        if status != "pass":
+            message = (f"{outcome.message()}\n"
+                       f"(device {device.type}, dtype {case.dtype}, standard {standard}, "
+                       f"{case.call.op}{case.call.signature[:300]}; "
+                       f"{case.call.count} call(s) in {', '.join(case.call.phases)})")
+            if reproduce:
+                message += f"\nreproduce: {reproduce}"
+        elif replay.fallbacks:
+            status = "fallback"
+            message = (f"{case.record_id(outcome.direction)}: the DUT ran "
+                       f"{', '.join(replay.fallbacks)} on the host CPU (CPU fallback)")
+        out.append(CaseResult(case.record_id(outcome.direction), status, outcome.metrics(),
+                              outcome.rules(), message, {**info, "standard": standard},
+                              list(replay.fallbacks)))
+    return out
+
+
+def worst(results: Sequence[CaseResult]) -> str:
+    """The worst status among results (error > fail > unsupported > fallback > pass > skip)."""
+    order = ("error", "fail", "unsupported", "fallback", "pass", "skip")
+    found = {r.status for r in results}
+    return next((s for s in order if s in found), "skip")
+
+
+__all__ = ["CASE_DTYPE", "DEVICE", "DEFAULT_STANDARD", "SKIP_OPS", "STANDARDS", "CaseResult",
+           "ModelCase", "Replay", "base_name", "build_case", "build_cases", "run_model_case",
+           "standard_for", "worst"]

@@ -1,0 +1,130 @@
+"""``python -m harness model``: capture a user's model, inventory it, run every case.
+
+:func:`check` chains the three steps on plain values (a factory spec, tensor specs, a
+:class:`~harness.device.Device`) and returns a :class:`ModelReport`; :func:`main` is the
+command line (``harness.cli`` hands it the arguments :mod:`harness.model.options` defines).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import time
+from typing import Optional, Sequence
+
+from harness.model import cases as cases_mod
+from harness.model.capture import Capture, capture_step
+from harness.model.inventory import Inventory, inventory
+from harness.model.spec import (
+    SpecError,
+    TensorSpec,
+    load_factory,
+    parse_amp,
+    parse_tensor_spec,
+    parse_tensor_specs,
+)
+
+STATUSES = ("pass", "fail", "error", "unsupported", "fallback", "skip")
+
+
+@dataclasses.dataclass
+class ModelReport:
+    """Capture, inventory and case results of one model on one DUT."""
+
+    capture: Capture
+    inventory: Inventory
+    results: list[cases_mod.CaseResult]
+    cases: int
+    seconds: float
+
+    def counts(self) -> dict[str, int]:
+        out = {s: 0 for s in STATUSES}
+        for r in self.results:
+            out[r.status] = out.get(r.status, 0) + 1
+        return out
+
+    @property
+    def ok(self) -> bool:
+        return self.inventory.will_run and not any(
+            r.status in ("fail", "error", "unsupported") for r in self.results)
+
+    def text(self, limit: int = 15) -> str:
+        c = self.capture
+        phases = ", ".join(f"{p} {n}" for p, n in c.phase_counts().items())
+        lines = [f"model {c.model} ({c.factory}): inputs {', '.join(c.inputs)}, optimizer "
+                 f"{c.optimizer}, amp {c.amp or 'off'}",
+                 f"captured one training step in {c.seconds:.2f} s: {c.total_calls} aten calls "
+                 f"({phases}), {len(c.calls)} distinct (op, signature), {len(c.by_op())} ops",
+                 self.inventory.text()]
+        counts = self.counts()
+        lines.append(f"cases: {self.cases} distinct (op, signature) -> {len(self.results)} "
+                     "records: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+                     + f" ({self.seconds:.1f} s on {self.inventory.device_type})")
+        bad = [r for r in self.results if r.status not in ("pass", "skip")]
+        for r in bad[:limit]:
+            first = r.message.splitlines()[0] if r.message else ""
+            detail = r.message.splitlines()[1] if len(r.message.splitlines()) > 1 else ""
+            lines.append(f"  {r.status.upper():<11} {r.id}")
+            if detail or first:
+                lines.append(f"              {detail or first}"[:160])
+        if len(bad) > limit:
+            lines.append(f"  ... and {len(bad) - limit} more (--json lists all)")
+        lines.append("verdict: " + ("GO: every captured call runs and matches the CPU "
+                                    "reference" if self.ok else
+                                    "NO-GO: see the failing cases and ops above"))
+        return "\n".join(lines)
+
+    def to_json(self) -> dict:
+        return {"capture": self.capture.to_json(), "inventory": self.inventory.to_json(),
+                "cases": self.cases, "seconds": round(self.seconds, 2),
+                "counts": self.counts(), "ok": self.ok,
+                "records": [dataclasses.asdict(r) for r in self.results]}
+
+
+def check(factory: str, device, *, inputs: Optional[Sequence[TensorSpec]] = None,
+          target: Optional[TensorSpec] = None, amp: Optional[str] = None,
+          optimizer: str = "sgd", seed: int = 0, run_cases: bool = True,
+          stack_id: str = "") -> ModelReport:
+    """Load, capture (on the CPU), build and run every case on ``device``, inventory it."""
+    spec = load_factory(factory, inputs, target, seed=seed)
+    capture = capture_step(spec, amp=parse_amp(amp), optimizer=optimizer, seed=seed)
+    built = cases_mod.build_cases(capture)
+    start = time.perf_counter()
+    results: list[cases_mod.CaseResult] = []
+    if run_cases:
+        for case in built:
+            results.extend(cases_mod.run_model_case(device, case, seed))
+    seconds = time.perf_counter() - start
+    fell = [op for r in results for op in r.fallbacks]
+    inv = inventory(capture, device.type, stack_id=stack_id, fallback_ops=fell)
+    return ModelReport(capture, inv, results, len(built), seconds)
+
+
+# --------------------------------------------------------------------------- CLI
+
+def main(args: argparse.Namespace) -> int:
+    """Run the subcommand; 0 when every call runs and matches, 1 otherwise, 2 on bad usage."""
+    from harness import faults
+    from harness.device import DeviceUnavailable, select
+    from harness.stack import fingerprint
+
+    try:
+        inputs = parse_tensor_specs(args.input) if args.input else None
+        target = parse_tensor_spec(args.target, source="--target") if args.target else None
+        parse_amp(args.amp)
+        faults.set_active(args.inject_fault)
+        device, _ = select(args.device)
+        report = check(args.factory, device, inputs=inputs, target=target, amp=args.amp,
+                       optimizer=args.optimizer, seed=args.seed, run_cases=not args.no_cases,
+                       stack_id=fingerprint(device).get("stack_id", ""))
+    except (SpecError, faults.FaultError, DeviceUnavailable) as exc:
+        print(f"error: {exc}")
+        return 2
+    if args.json:
+        print(json.dumps(report.to_json(), indent=1, default=str))
+    else:
+        if args.inject_fault:
+            print(f"injected faults (DUT side): {', '.join(args.inject_fault)}")
+        print(report.text())
+    return 0 if report.ok else 1
