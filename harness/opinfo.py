@@ -368,8 +368,9 @@ def _convert(value: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
 
 
 def _copier(device: torch.device, from_dtype: torch.dtype, to_dtype: torch.dtype,
-            grads: bool, leaves: list):
-    """A tensor copier: tested-dtype floats cast to ``to_dtype``; grad leaves collected."""
+            grads: bool, leaves: list, magnitude: bool = False):
+    """A tensor copier: tested-dtype floats cast to ``to_dtype`` (their absolute values with
+    ``magnitude``: Note [Condition of products and reductions]); grad leaves collected."""
 
     def copy(t: torch.Tensor) -> torch.Tensor:
         dtype = to_dtype if t.dtype == from_dtype else t.dtype
@@ -378,6 +379,8 @@ def _copier(device: torch.device, from_dtype: torch.dtype, to_dtype: torch.dtype
                 out = t.detach().to(device=device, dtype=dtype, copy=True)
             else:
                 out = t.detach().to(device=device, dtype=dtype)
+            if magnitude and out.is_floating_point() and out.layout == torch.strided:
+                out = out.abs()
         if grads and t.requires_grad and out.is_floating_point():
             out.requires_grad_(True)
             leaves.append(out)
@@ -424,12 +427,12 @@ def _cotangents(like: list[torch.Tensor], seed: int) -> list[torch.Tensor]:
 
 def _run(op, sample, *, device: torch.device, from_dtype: torch.dtype, to_dtype: torch.dtype,
          backward: bool, cotangent_seed: int, scope: Callable[[], Any],
-         seen: Optional[policy.Watch] = None) -> _Run:
+         seen: Optional[policy.Watch] = None, magnitude: bool = False) -> _Run:
     """Run the op (and its backward) on converted copies of the sample inside ``scope``;
     ``seen`` (the DUT's :class:`~harness.ops.policy.Watch`) notes the op call as ``fwd`` and
     the backward call as ``bwd``, not the harness's copies and cotangents."""
     leaves: list[torch.Tensor] = []
-    copy = _copier(device, from_dtype, to_dtype, backward, leaves)
+    copy = _copier(device, from_dtype, to_dtype, backward, leaves, magnitude)
     run = _Run()
     try:
         inp = _convert(sample.input, copy)
@@ -449,7 +452,7 @@ def _run(op, sample, *, device: torch.device, from_dtype: torch.dtype, to_dtype:
             try:
                 outs = _diff_outputs(sample, run.out)
                 if outs:
-                    cots = [c.to(device=o.device, dtype=o.dtype)
+                    cots = [(c.abs() if magnitude else c).to(device=o.device, dtype=o.dtype)
                             for c, o in zip(_cotangents(outs, cotangent_seed), outs)]
                     with _noting(seen, "bwd"):
                         run.grads = list(torch.autograd.grad(outs, leaves, cots,
@@ -494,7 +497,8 @@ def _comparable(t: Any) -> Any:
     return t
 
 
-def compare_values(dut: list, ref: list, lowp: list, standard: str, prefix: str = "out"):
+def compare_values(dut: list, ref: list, lowp: list, standard: str, prefix: str = "out",
+                   scales: Optional[list] = None):
     """Compare flattened outputs; returns (ok, metrics, rules, messages, notes).
 
     Metrics of the i-th tensor are named ``<prefix><i>.<metric>`` when there are several
@@ -532,7 +536,9 @@ def compare_values(dut: list, ref: list, lowp: list, standard: str, prefix: str 
             messages.append(f"output {i}: DUT dtype {dtype_name(d.dtype)} != reference dtype "
                             f"{dtype_name(lp.dtype)}")
             continue
-        verdict, std = policy.judge(d, r, lp, standard)
+        scale = _comparable(scales[i]) if scales is not None and i < len(scales) else None
+        verdict, std = policy.judge(d, r, lp, standard,
+                                    scale if isinstance(scale, torch.Tensor) else None)
         for name, value in verdict.metrics.items():
             metrics[name_prefix + name] = value
         for name, rule in verdict.rules.items():
@@ -617,6 +623,13 @@ def _run_sample(op, case: OpInfoCase, sample, digest: str, device, dtype: torch.
         info["reference"] = f"{case.dtype} (up-cast failed: {_short(ref.error, 120)})"
         ref = lowp
 
+    mag = None
+    if policy.sums_products(case.key):  # Note [Condition of products and reductions]
+        mag = _run(op, sample, device=cpu, from_dtype=dtype, to_dtype=up, backward=wants_grad,
+                   cotangent_seed=cot_seed, scope=contextlib.nullcontext, magnitude=True)
+        if mag.error is not None:
+            mag = None
+
     seen = policy.Watch(phase=None)
     dut = _run(op, sample, device=device.torch_device, from_dtype=dtype, to_dtype=dtype,
                backward=wants_grad, cotangent_seed=cot_seed,
@@ -646,7 +659,8 @@ def _run_sample(op, case: OpInfoCase, sample, digest: str, device, dtype: torch.
                         message=f"{fwd_id}{where}: the DUT raised {_short(dut.error)}{repro}")]
     results = []
     ok, metrics, rules, messages, notes = compare_values(
-        _flatten(dut.out), _flatten(ref.out), _flatten(lowp.out), standard)
+        _flatten(dut.out), _flatten(ref.out), _flatten(lowp.out), standard,
+        scales=_flatten(mag.out) if mag is not None else None)
     results.append(finish(fwd_id, ok, metrics, rules, messages, notes))
     if not wants_grad or lowp.grads is None:
         return results
@@ -665,8 +679,12 @@ def _run_sample(op, case: OpInfoCase, sample, digest: str, device, dtype: torch.
     if not pairs:
         return results
     d_list, r_list, lp_list = (list(x) for x in zip(*pairs))
+    mag_grads = None
+    if mag is not None and mag.grads is not None and mag.grad_error is None:
+        mag_grads = [m for d, m, lp in zip(dut.grads or [], mag.grads, lowp.grads)
+                     if not (d is None and lp is None)]
     ok, metrics, rules, messages, notes = compare_values(d_list, r_list, lp_list, grad_standard,
-                                                         "grad")
+                                                         "grad", scales=mag_grads)
     results.append(finish(bwd_id, ok, metrics, rules, messages, notes, grad_standard))
     return results
 

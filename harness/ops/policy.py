@@ -113,6 +113,7 @@ _EXACT = (
     "clamp_tie", "clamp_min_tie", "clamp_max_tie", "hardtanh_tie", "relu6_tie", "relu_tie",
 )
 _ABSOLUTE = (
+    "clamp_min_rounded_bound", "clamp_rounded_bound",  # Note [Ties at a rounded bound]
     # one rounding of an elementary operation (msprobe's absolute threshold ops)
     "add", "sub", "mul", "div", "reciprocal", "rsqrt", "square", "frac", "outer",
     "relu", "relu6", "leaky_relu", "hardtanh", "threshold", "softshrink", "rrelu_eval",
@@ -132,6 +133,18 @@ OP_STANDARDS: dict[str, str] = {
     "_foreach_add": "relative",  # with alpha (the optimizer's form)
 }
 """Forward standard per op name (see :func:`standard_for`)."""
+
+SUMS_OF_PRODUCTS = frozenset({
+    *_ULP, "tensordot", "einsum", "inner", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
+    "conv_transpose2d", "conv_transpose3d", "convolution", "sum", "mean", "cumsum"})
+"""Ops whose outputs are sums of products, judged against their condition ``sum |a_i b_i|``
+(Note [Condition of products and reductions] in :mod:`harness.compare`)."""
+
+
+def sums_products(op_name: str) -> bool:
+    """Whether ``op_name`` (any name :func:`op_names` knows) is a sum of products."""
+    return any(name in SUMS_OF_PRODUCTS for name in op_names(op_name))
+
 
 GRAD_STANDARDS: dict[str, str] = {
     name: "exact" for name in (

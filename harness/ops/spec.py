@@ -129,7 +129,11 @@ class OpEntry:
 
     @property
     def sum_of_products(self) -> bool:
-        return self.standard == "ulp" if self.condition is None else self.condition
+        if self.condition is not None:
+            return self.condition
+        from harness.ops import policy
+
+        return policy.sums_products(self.name)
 
     def __post_init__(self) -> None:
         if self.standard is None:  # the one table (harness.ops.policy)
