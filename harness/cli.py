@@ -196,7 +196,7 @@ def _cmd_faults(args: argparse.Namespace) -> int:
         print(json.dumps(faultcheck.report_json(clean, found), indent=1))
     else:
         print(faultcheck.report_text(clean, found))
-    ok = faultcheck.clean_ok(clean) and all(r.caught for r in found)
+    ok = faultcheck.clean_ok(clean) and all(r.ok for r in found)
     return 0 if ok else 1
 
 

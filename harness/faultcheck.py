@@ -53,9 +53,22 @@ class FaultResult:
     def caught(self) -> bool:
         return bool(self.caught_by)
 
+    @property
+    def applicable(self) -> bool:
+        """False when every check of the fault was skipped on this device (e.g. the
+        distributed checks on a device without a collective backend): then the fault can
+        be neither caught nor missed here, and is reported as not applicable."""
+        outcomes = self.run.outcomes.values()
+        return not outcomes or any(o != "skipped" for o in outcomes)  # nothing ran: a miss
+
+    @property
+    def ok(self) -> bool:
+        return self.caught or not self.applicable
+
     def to_json(self) -> dict:
         return {"name": self.fault.name, "family": self.fault.family,
                 "description": self.fault.description, "caught": self.caught,
+                "applicable": self.applicable,
                 "caught_by": self.caught_by, "exit_code": self.run.exit_code,
                 "seconds": round(self.run.seconds, 1)}
 
@@ -265,8 +278,13 @@ def report_text(clean: RunOutcome, found: Sequence[FaultResult]) -> str:
         first = r.caught_by[0] if r.caught_by else "-"
         more = f" (+{len(r.caught_by) - 1} more)" if len(r.caught_by) > 1 else ""
         lines.append(f"{r.fault.name:<{width}}  {r.fault.family:<12} "
-                     f"{'yes' if r.caught else 'NO':<7} {first}{more}")
-    missed = [r.fault.name for r in found if not r.caught]
-    lines.append(f"{len(found) - len(missed)}/{len(found)} faults caught"
-                 + (f"; NOT caught: {', '.join(missed)}" if missed else ""))
+                     f"{'yes' if r.caught else 'n/a' if not r.applicable else 'NO':<7} "
+                     f"{first if r.applicable else 'every check skipped on this device'}{more}")
+    missed = [r.fault.name for r in found if not r.ok]
+    na = [r.fault.name for r in found if not r.caught and not r.applicable]
+    applicable = len(found) - len(na)
+    lines.append(f"{applicable - len(missed)}/{applicable} faults caught"
+                 + (f"; NOT caught: {', '.join(missed)}" if missed else "")
+                 + (f"; {len(na)} not applicable here (their checks skip on this device): "
+                    f"{', '.join(na)}" if na else ""))
     return "\n".join(lines)

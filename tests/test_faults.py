@@ -78,3 +78,16 @@ def test_faults_reach_child_processes_through_the_environment():
     env = dict(os.environ, **{faults.ENV_VAR: "example.add_drift"})
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert float(out.stdout) == pytest.approx(2.002)
+
+
+def test_a_fault_whose_checks_all_skip_is_not_applicable_not_caught():
+    from harness import faultcheck
+
+    fault = faults.registry()["example.add_drift"]
+    skipped = faultcheck.FaultResult(fault, faultcheck.RunOutcome(0, {"a::b": "skipped"}, 1, ""))
+    crashed = faultcheck.FaultResult(fault, faultcheck.RunOutcome(3, {}, 1, "boom"))
+    assert not skipped.applicable and skipped.ok and not skipped.caught
+    assert crashed.applicable and not crashed.ok
+    text = faultcheck.report_text(faultcheck.RunOutcome(0, {"x": "passed"}, 1, ""),
+                                  [skipped, crashed])
+    assert "0/1 faults caught; NOT caught: example.add_drift; 1 not applicable here" in text
