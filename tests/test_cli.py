@@ -52,7 +52,8 @@ def test_baseline_corrupt_file_is_a_clear_error(store):
 def test_faults_list_json(capsys):
     assert cli.main(["faults", "list", "--json", "--family", "example"]) == 0
     listed = json.loads(capsys.readouterr().out)
-    assert {f["name"] for f in listed} == {"example.add_drift", "example.relu_leaks"}
+    assert {f["name"] for f in listed} == {"example.add_drift", "example.relu_leaks",
+                                          "example.scope_audit"}
 
 
 def test_faults_unknown_family_is_an_error():

@@ -238,7 +238,7 @@ def ties(kwargs: dict | None = None) -> tuple[Sample, ...]:
     return (Sample("at_bounds", (T((16, 64), "ties"),), kw),
             Sample("at_bounds_odd257", (T((3, 257), "ties"),), kw),
             Sample("at_bounds_noncontig", (T((33, 17), "ties", noncontig=True),), kw),
-            Sample("large", (T((1024, 1024), "ties"),), kw, slow=True))
+            Sample("large", (T(LARGE, "ties"),), kw, slow=True))
 
 
 def pad_samples(mode: str) -> tuple[Sample, ...]:
@@ -635,8 +635,7 @@ CATALOG: tuple[OpEntry, ...] = (
     E("round_decimals", torch.round, (
         Sample("decimals2", (T((16, 64), "wide"),), {"decimals": 2}),
         Sample("decimals_neg1", (T((3, 257), "large"),), {"decimals": -1}),
-        Sample("large", (T((1024, 1024), "wide"),), {"decimals": 2}, slow=True)),
-      backward=False,
+        Sample("large", (T(LARGE, "wide"),), {"decimals": 2}, slow=True)), backward=False,
       note="x * 10^d rounded then divided: not a single rounding, so relative, not exact"),
     E("trunc", torch.trunc, unary("wide"), backward=False),
     E("frac", torch.frac, unary("wide")),
