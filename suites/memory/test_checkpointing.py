@@ -57,7 +57,7 @@ def test_plain_step_peak(device, results, cases, memory_cache, model_name):
     results.record(f"memory/checkpoint/{model_name}/float32/none",
                    status="pass" if plain.peak > 0 and plain.grads else "fail",
                    metrics={"peak_bytes": plain.peak},
-                   rules={"peak_bytes": lower(rel=1.05, abs=4096)},
+                   rules={"peak_bytes": lower(rel=1.05, abs=4096, severity="regression")},
                    info={"batch": case.batch, "loss": plain.loss},
                    message=f"plain step of {model_name} measured no memory "
                            f"(peak {plain.peak}) or produced no gradients\n{results.reproduce}")
@@ -88,7 +88,8 @@ def test_checkpoint_saving(device, results, cases, memory_cache, model_name, mod
         f"memory/checkpoint/{model_name}/float32/{mode}",
         status="fail" if problems else "pass",
         metrics={"peak_bytes": ckpt.peak, "ratio": ratio, "grad_mismatch": mismatched},
-        rules={"peak_bytes": lower(rel=1.05, abs=4096), "ratio": lower(rel=1.05, abs=0.01),
+        rules={"peak_bytes": lower(rel=1.05, abs=4096, severity="regression"),
+               "ratio": lower(rel=1.05, abs=0.01),
                "grad_mismatch": lower(rel=1.0, abs=0)},
         info={"batch": case.batch, "plain_peak_bytes": plain.peak, "stated_max_ratio": stated,
               "loss": ckpt.loss, "plain_loss": plain.loss, "grad_max_abs_diff": worst},

@@ -67,7 +67,7 @@ def test_max_batch_under_cap(device, results, cases, thresholds, memory_cache,
     if over:
         problems.append(f"completed batches peaked above the cap: {over}")
     metrics = {"max_batch": found.max_batch}
-    rules = {"max_batch": higher(rel=1.0, abs=0)}
+    rules = {"max_batch": higher(rel=1.0, abs=0, severity="regression")}
     if ref is not None:
         metrics[f"peak_bytes_b{threshold.ref_batch}"] = ref
         rules[f"peak_bytes_b{threshold.ref_batch}"] = lower(rel=1.05, abs=4096)
