@@ -15,6 +15,25 @@ reference computations never do. On hardware the scope costs nothing. On the CPU
 the DUT and the reference are the same silicon, the scope is what tells them apart, and
 it is where injected faults (:mod:`harness.faults`) act, exactly as a broken NPU kernel
 would corrupt the NPU's numbers and never the CPU's.
+
+Note [Missing features of older stacks]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+The suite supports torch >= 2.1, and older stacks lack features newer ones have: torch
+2.1's CPU autocast knows only bfloat16 (``Currently, AutocastCPU only support Bfloat16``),
+and it has no ``torch.amp.GradScaler`` (its ``torch.cuda.amp.GradScaler`` disables itself
+off CUDA, so its ``scale`` returns the loss unscaled). A missing feature is not a defect
+of the device under test: the check that needs it is recorded ``unsupported`` with the
+reason, never ``error`` or ``fail``.
+
+One place per feature decides: :meth:`Device.autocast_unsupported` and
+:meth:`Device.grad_scaler_unsupported` try the feature once per process (a tiny ``mm``
+under ``autocast`` must come out in the autocast dtype; a fresh GradScaler must be
+enabled) and cache the answer: the probe is the truth, not a table of versions, so a
+torch_npu that adds fp16 autocast later is used as soon as it is there.
+:meth:`Device.autocast` and :meth:`Device.grad_scaler` raise :class:`Unsupported` with
+that reason, and the plugin turns an ``Unsupported`` raised by a check into an
+``unsupported`` record (the check is reported skipped with the reason), so no check needs
+its own version test. The session header names what is missing.
 """
 
 from __future__ import annotations
@@ -29,6 +48,7 @@ import platform
 import re
 import threading
 import time
+import warnings
 from typing import Callable, Iterator, Optional
 
 import torch
@@ -41,6 +61,28 @@ DEVICE_TYPES = ("npu", "cuda", "xpu", "mps", "cpu")
 
 class DeviceUnavailable(RuntimeError):
     """A requested device cannot be used; the message says why and how to fix it."""
+
+
+class Unsupported(Exception):
+    """This stack lacks a feature a check needs (Note [Missing features of older stacks]).
+
+    The message is the reason. A check that raises it is recorded ``unsupported``, not
+    ``error``: deliberately not a RuntimeError, so no ``except RuntimeError`` swallows it.
+    """
+
+
+_FEATURES: dict[tuple, Optional[str]] = {}
+"""Cached feature probes: (feature, device type, detail) -> None (works) or the reason."""
+
+
+def _feature(key: tuple, probe_fn: Callable[[], Optional[str]]) -> Optional[str]:
+    if key not in _FEATURES:
+        _FEATURES[key] = probe_fn()
+    return _FEATURES[key]
+
+
+def _warning_text(caught: list) -> str:
+    return "; ".join(" ".join(str(w.message).split()) for w in caught)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -385,17 +427,90 @@ class Device:
 
     # ---- mixed precision
     def autocast(self, dtype: torch.dtype = torch.float16, enabled: bool = True):
-        """``torch.autocast`` for this device; ``torch_npu.npu.amp`` on older stacks."""
+        """``torch.autocast`` for this device; ``torch_npu.npu.amp`` on older stacks.
+
+        Raises :class:`Unsupported` when this stack has no autocast in ``dtype`` on this
+        device (Note [Missing features of older stacks]); ``enabled=False`` always works.
+        """
+        reason = self.autocast_unsupported(dtype)
+        if reason is None:
+            return self._autocast(dtype, enabled)
+        if enabled:
+            raise Unsupported(reason)
+        # a disabled region's dtype does not matter, but torch 2.1's CPU autocast refuses
+        # a float16 one on entering even when disabled: give it the device's default dtype
+        return self._autocast(None, False)
+
+    def _autocast(self, dtype: Optional[torch.dtype], enabled: bool):
+        chosen = {} if dtype is None else {"dtype": dtype}
         try:
-            return torch.autocast(device_type=self.type, dtype=dtype, enabled=enabled)
+            return torch.autocast(device_type=self.type, enabled=enabled, **chosen)
         except (RuntimeError, ValueError):
             if self.type != "npu":
                 raise
             return importlib.import_module("torch_npu").npu.amp.autocast(
-                enabled=enabled, dtype=dtype)
+                enabled=enabled, **chosen)
+
+    def autocast_unsupported(self, dtype: torch.dtype) -> Optional[str]:
+        """None when autocast in ``dtype`` works here, else the reason (probed once)."""
+        return _feature(("autocast", self.type, dtype), lambda: self._probe_autocast(dtype))
+
+    def _probe_autocast(self, dtype: torch.dtype) -> Optional[str]:
+        what = (f"torch {torch.__version__} has no {str(dtype)[6:]} autocast on "
+                f"{self.type}")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                x = torch.ones(2, 2, device=self.torch_device)
+                with self._autocast(dtype, True):
+                    out = torch.mm(x, x)
+            except Exception as exc:  # noqa: BLE001 - any refusal is the reason
+                return f"{what} ({type(exc).__name__}: {' '.join(str(exc).split())})"
+        if out.dtype != dtype:
+            said = _warning_text(caught)
+            return (f"{what} (mm under autocast({str(dtype)[6:]}) returned {out.dtype}"
+                    + (f"; torch warned: {said}" if said else "") + ")")
+        return None
+
+    def grad_scaler_unsupported(self) -> Optional[str]:
+        """None when this device has a working GradScaler, else the reason (probed once)."""
+        return _feature(("grad_scaler", self.type), self._probe_grad_scaler)
+
+    def _probe_grad_scaler(self) -> Optional[str]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                scaler = self._grad_scaler()
+            except Exception as exc:  # noqa: BLE001 - any refusal is the reason
+                return (f"torch {torch.__version__} has no GradScaler for {self.type} "
+                        f"({type(exc).__name__}: {' '.join(str(exc).split())})")
+        if not scaler.is_enabled():
+            said = _warning_text(caught)
+            return (f"torch {torch.__version__} has no GradScaler for {self.type} "
+                    "(torch.amp.GradScaler is missing and the fallback disables itself"
+                    + (f": {said}" if said else "") + ")")
+        return None
 
     def grad_scaler(self, **kwargs):
-        """A GradScaler for this device (``torch.amp`` first, vendor module fallback)."""
+        """A GradScaler for this device (``torch.amp`` first, vendor module fallback).
+
+        Raises :class:`Unsupported` when this stack has none for this device (Note
+        [Missing features of older stacks]); ``enabled=False`` always works.
+        """
+        if kwargs.get("enabled", True):
+            reason = self.grad_scaler_unsupported()
+            if reason is not None:
+                raise Unsupported(reason)
+        return self._grad_scaler(**kwargs)
+
+    def missing_features(self) -> dict[str, str]:
+        """The features this stack lacks on this device: name -> reason (for the header)."""
+        found = {f"autocast({str(dtype)[6:]})": self.autocast_unsupported(dtype)
+                 for dtype in (torch.float16, torch.bfloat16)}
+        found["GradScaler"] = self.grad_scaler_unsupported()
+        return {name: reason for name, reason in found.items() if reason is not None}
+
+    def _grad_scaler(self, **kwargs):
         amp_scaler = getattr(getattr(torch, "amp", None), "GradScaler", None)
         if amp_scaler is not None:
             try:
