@@ -81,6 +81,17 @@ def _feature(key: tuple, probe_fn: Callable[[], Optional[str]]) -> Optional[str]
     return _FEATURES[key]
 
 
+def torch_api(path: str):
+    """The torch API at ``path`` (``"nn.functional.rms_norm"``), or :class:`Unsupported`
+    naming it when this torch has none (Note [Missing features of older stacks])."""
+    obj = torch
+    for part in path.split("."):
+        if not hasattr(obj, part):
+            raise Unsupported(f"torch {torch.__version__} has no torch.{path}")
+        obj = getattr(obj, part)
+    return obj
+
+
 def _warning_text(caught: list) -> str:
     return "; ".join(" ".join(str(w.message).split()) for w in caught)
 

@@ -38,6 +38,7 @@ from harness.device import (
     select,
     xdist_worker_index,
 )
+from harness.ops.runner import missing_kernel
 from harness.results import Record, RunResults
 from harness.session import BASELINE_MODES, FAIL_ON, RunState, Settings
 from harness.stack import fingerprint as make_fingerprint
@@ -451,8 +452,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         return report
     recorder = item.stash.get(RECORDER, None)
     records = list(recorder.records) if recorder else []
-    if call.excinfo is not None and call.excinfo.errisinstance(Unsupported):
-        records.append(_unsupported(item, report, str(call.excinfo.value),
+    if call.excinfo is not None and missing_kernel(call.excinfo.value):
+        exc = call.excinfo.value
+        reason = str(exc) if isinstance(exc, Unsupported) else \
+            f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+        records.append(_unsupported(item, report, reason,
                                     failed=any(r.status in ("fail", "error") for r in records)))
     if not records:
         records = [Record(id=auto_record_id(item.nodeid), status=_status_of(report),
