@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import importlib
 import importlib.metadata
 import importlib.util
@@ -49,6 +50,7 @@ import re
 import threading
 import time
 import warnings
+import weakref
 from typing import Callable, Iterator, Optional
 
 import torch
@@ -90,6 +92,30 @@ def torch_api(path: str):
             raise Unsupported(f"torch {torch.__version__} has no torch.{path}")
         obj = getattr(obj, part)
     return obj
+
+
+def storage_lifetime_unsupported() -> Optional[str]:
+    """None when a storage keeps one Python object for its life, so a weak-reference
+    finaliser on it sees the storage freed (what :class:`harness.memory.StorageTracker`,
+    the CPU's memory meter, counts frees by); else the reason (probed once)."""
+    return _feature(("storage_lifetime",), _probe_storage_lifetime)
+
+
+def _probe_storage_lifetime() -> Optional[str]:
+    freed: list = []
+    tensor = torch.empty(16)
+    storage = tensor.untyped_storage()
+    same = storage is tensor.untyped_storage()
+    weakref.finalize(storage, freed.append, True)
+    del storage, tensor
+    gc.collect()
+    if same and freed:
+        return None
+    return (f"torch {torch.__version__} keeps no Python object per storage "
+            f"(untyped_storage() {'is one object' if same else 'returns a new one each call'}"
+            f", a finaliser on it {'ran' if freed else 'never ran'} when the storage was "
+            "freed), so the harness's CPU memory tracker cannot see frees; memory checks "
+            "need a device with allocator statistics or a newer torch")
 
 
 def _warning_text(caught: list) -> str:
@@ -519,6 +545,8 @@ class Device:
         found = {f"autocast({str(dtype)[6:]})": self.autocast_unsupported(dtype)
                  for dtype in (torch.float16, torch.bfloat16)}
         found["GradScaler"] = self.grad_scaler_unsupported()
+        if not self.has_allocator_stats:
+            found["memory tracker"] = storage_lifetime_unsupported()
         return {name: reason for name, reason in found.items() if reason is not None}
 
     def _grad_scaler(self, **kwargs):
