@@ -34,6 +34,13 @@ torch_npu that adds fp16 autocast later is used as soon as it is there.
 that reason, and the plugin turns an ``Unsupported`` raised by a check into an
 ``unsupported`` record (the check is reported skipped with the reason), so no check needs
 its own version test. The session header names what is missing.
+
+On torch 2.1 the CPU memory tracker is one such feature, and the reason the interpreter
+used to crash at exit (rc 139) after the memory checks: a ``weakref.finalize`` on an
+``UntypedStorage`` wrapper (how the tracker sees frees) never runs while the process
+lives, and the finalisers left for interpreter shutdown segfault there (reproduced
+outside the suite with a dispatch mode, a storage and a finaliser on it). Refusing the
+tracker where the probe fails removes both the wrong numbers and the crash.
 """
 
 from __future__ import annotations
@@ -106,9 +113,10 @@ def _probe_storage_lifetime() -> Optional[str]:
     tensor = torch.empty(16)
     storage = tensor.untyped_storage()
     same = storage is tensor.untyped_storage()
-    weakref.finalize(storage, freed.append, True)
+    finalizer = weakref.finalize(storage, freed.append, True)
     del storage, tensor
     gc.collect()
+    finalizer.detach()  # a live finaliser on a torch 2.1 storage crashes the exit (below)
     if same and freed:
         return None
     return (f"torch {torch.__version__} keeps no Python object per storage "
