@@ -36,11 +36,14 @@ that reason, and the plugin turns an ``Unsupported`` raised by a check into an
 its own version test. The session header names what is missing.
 
 On torch 2.1 the CPU memory tracker is one such feature, and the reason the interpreter
-used to crash at exit (rc 139) after the memory checks: a ``weakref.finalize`` on an
-``UntypedStorage`` wrapper (how the tracker sees frees) never runs while the process
-lives, and the finalisers left for interpreter shutdown segfault there (reproduced
-outside the suite with a dispatch mode, a storage and a finaliser on it). Refusing the
-tracker where the probe fails removes both the wrong numbers and the crash.
+used to crash at exit (rc 139) after the memory checks: torch 2.1 makes a new
+``UntypedStorage`` wrapper per ``untyped_storage()`` call and frees it without clearing
+its weak references, so the ``weakref.finalize`` the tracker puts on it (how it sees
+frees) never runs and dangles; ``weakref``'s exit hook then walks the dangling ones and
+segfaults (faulthandler: ``weakref.py ... in _exitfunc``; reproduced outside the suite
+with a dispatch mode and a finaliser on a storage). The probe therefore puts no weak
+reference on a storage unless one object per storage is kept, and the tracker is refused
+where it fails: no wrong numbers, no crash.
 """
 
 from __future__ import annotations
@@ -109,21 +112,23 @@ def storage_lifetime_unsupported() -> Optional[str]:
 
 
 def _probe_storage_lifetime() -> Optional[str]:
-    freed: list = []
     tensor = torch.empty(16)
     storage = tensor.untyped_storage()
-    same = storage is tensor.untyped_storage()
-    finalizer = weakref.finalize(storage, freed.append, True)
+    if storage is not tensor.untyped_storage():
+        # no weak reference to such a storage: torch 2.1 frees these wrappers without
+        # clearing their weak references, and the dangling ones crash the exit (below)
+        return (f"torch {torch.__version__} keeps no Python object per storage "
+                "(untyped_storage() returns a new one each call), so the harness's CPU "
+                "memory tracker cannot see frees; memory checks need a device with "
+                "allocator statistics or a newer torch")
+    freed: list = []
+    weakref.finalize(storage, freed.append, True)
     del storage, tensor
     gc.collect()
-    finalizer.detach()  # a live finaliser on a torch 2.1 storage crashes the exit (below)
-    if same and freed:
-        return None
-    return (f"torch {torch.__version__} keeps no Python object per storage "
-            f"(untyped_storage() {'is one object' if same else 'returns a new one each call'}"
-            f", a finaliser on it {'ran' if freed else 'never ran'} when the storage was "
-            "freed), so the harness's CPU memory tracker cannot see frees; memory checks "
-            "need a device with allocator statistics or a newer torch")
+    if not freed:
+        return (f"torch {torch.__version__} never finalises a freed storage's Python "
+                "object, so the harness's CPU memory tracker cannot see frees")
+    return None
 
 
 def _warning_text(caught: list) -> str:
