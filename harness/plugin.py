@@ -35,10 +35,10 @@ from harness.device import (
     Device,
     DeviceUnavailable,
     Unsupported,
+    missing_kernel,
     select,
     xdist_worker_index,
 )
-from harness.ops.runner import missing_kernel
 from harness.results import Record, RunResults
 from harness.session import BASELINE_MODES, FAIL_ON, RunState, Settings
 from harness.stack import fingerprint as make_fingerprint

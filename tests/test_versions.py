@@ -275,7 +275,7 @@ def test_an_api_this_torch_lacks_is_unsupported_naming_it():
 def test_missing_kernels_are_unsupported_in_the_runner_and_the_plugin(message):
     from harness.ops import runner
 
-    assert runner.missing_kernel(RuntimeError(message))
+    assert device_mod.missing_kernel(RuntimeError(message))
     assert runner._status_of(RuntimeError(message)) == "unsupported"
     assert runner._status_of(Unsupported("torch 2.1.2 has no torch.nn.functional.rms_norm")) \
         == "unsupported"

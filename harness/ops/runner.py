@@ -20,7 +20,7 @@ from typing import Any, Optional
 import torch
 
 from harness.compare import Verdict, compare_outputs
-from harness.device import Unsupported
+from harness.device import missing_kernel
 from harness.ops.spec import DTYPES, UPCAST, OpEntry, Sample, T, case_seed, materialize
 
 DIRECTIONS = ("fwd", "bwd")
@@ -120,23 +120,6 @@ def _prepare(values: list, specs: tuple, device: torch.device, float_dtype: Opti
 
     args = [walk(value, spec) for value, spec in zip(values, specs)]
     return args, leaves
-
-
-MISSING_KERNEL = re.compile("|".join((
-    # a dtype without a kernel: '"softmax_lastdim_kernel_impl" not implemented for 'Half''
-    # (torch 2.1's CPU has no fp16 softmax, layer_norm, batch_norm, bernoulli...)
-    r"not implemented for '",
-    # autocast in a dtype the device's autocast does not know (torch 2.1's CPU: bf16 only)
-    r"Currently, Autocast\w* only supports? ",
-)))
-"""Exception texts that mean this stack has no kernel for the dtype, not a wrong answer:
-``unsupported``, never ``error`` (Note [Missing features of older stacks] in
-harness/device.py). The plugin applies the same list to every check."""
-
-
-def missing_kernel(exc: BaseException) -> bool:
-    """Whether ``exc`` says the stack lacks a kernel or feature (see MISSING_KERNEL)."""
-    return isinstance(exc, Unsupported) or bool(MISSING_KERNEL.search(str(exc)))
 
 
 def _status_of(exc: BaseException) -> str:
