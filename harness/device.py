@@ -15,12 +15,42 @@ reference computations never do. On hardware the scope costs nothing. On the CPU
 the DUT and the reference are the same silicon, the scope is what tells them apart, and
 it is where injected faults (:mod:`harness.faults`) act, exactly as a broken NPU kernel
 would corrupt the NPU's numbers and never the CPU's.
+
+Note [Missing features of older stacks]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+The suite supports torch >= 2.1, and older stacks lack features newer ones have: torch
+2.1's CPU autocast knows only bfloat16 (``Currently, AutocastCPU only support Bfloat16``),
+and it has no ``torch.amp.GradScaler`` (its ``torch.cuda.amp.GradScaler`` disables itself
+off CUDA, so its ``scale`` returns the loss unscaled). A missing feature is not a defect
+of the device under test: the check that needs it is recorded ``unsupported`` with the
+reason, never ``error`` or ``fail``.
+
+One place per feature decides: :meth:`Device.autocast_unsupported` and
+:meth:`Device.grad_scaler_unsupported` try the feature once per process (a tiny ``mm``
+under ``autocast`` must come out in the autocast dtype; a fresh GradScaler must be
+enabled) and cache the answer: the probe is the truth, not a table of versions, so a
+torch_npu that adds fp16 autocast later is used as soon as it is there.
+:meth:`Device.autocast` and :meth:`Device.grad_scaler` raise :class:`Unsupported` with
+that reason, and the plugin turns an ``Unsupported`` raised by a check into an
+``unsupported`` record (the check is reported skipped with the reason), so no check needs
+its own version test. The session header names what is missing.
+
+On torch 2.1 the CPU memory tracker is one such feature, and the reason the interpreter
+used to crash at exit (rc 139) after the memory checks: torch 2.1 makes a new
+``UntypedStorage`` wrapper per ``untyped_storage()`` call and frees it without clearing
+its weak references, so the ``weakref.finalize`` the tracker puts on it (how it sees
+frees) never runs and dangles; ``weakref``'s exit hook then walks the dangling ones and
+segfaults (faulthandler: ``weakref.py ... in _exitfunc``; reproduced outside the suite
+with a dispatch mode and a finaliser on a storage). The probe therefore puts no weak
+reference on a storage unless one object per storage is kept, and the tracker is refused
+where it fails: no wrong numbers, no crash.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import importlib
 import importlib.metadata
 import importlib.util
@@ -30,6 +60,8 @@ import re
 import sys
 import threading
 import time
+import warnings
+import weakref
 from typing import Callable, Iterator, Optional
 
 import torch
@@ -42,6 +74,83 @@ DEVICE_TYPES = ("npu", "cuda", "xpu", "mps", "cpu")
 
 class DeviceUnavailable(RuntimeError):
     """A requested device cannot be used; the message says why and how to fix it."""
+
+
+class Unsupported(Exception):
+    """This stack lacks a feature a check needs (Note [Missing features of older stacks]).
+
+    The message is the reason. A check that raises it is recorded ``unsupported``, not
+    ``error``: deliberately not a RuntimeError, so no ``except RuntimeError`` swallows it.
+    """
+
+
+_FEATURES: dict[tuple, Optional[str]] = {}
+"""Cached feature probes: (feature, device type, detail) -> None (works) or the reason."""
+
+
+def _feature(key: tuple, probe_fn: Callable[[], Optional[str]]) -> Optional[str]:
+    if key not in _FEATURES:
+        _FEATURES[key] = probe_fn()
+    return _FEATURES[key]
+
+
+MISSING_KERNEL = re.compile("|".join((
+    # a dtype without a kernel: '"softmax_lastdim_kernel_impl" not implemented for 'Half''
+    # (torch 2.1's CPU has no fp16 softmax, layer_norm, batch_norm, bernoulli...)
+    r"not implemented for '",
+    # autocast in a dtype the device's autocast does not know (torch 2.1's CPU: bf16 only)
+    r"Currently, Autocast\w* only supports? ",
+)))
+"""Exception texts that mean this stack has no kernel for the dtype, not a wrong answer:
+``unsupported``, never ``error`` (Note [Missing features of older stacks]). The plugin
+applies it to every check's exception, the op runner to the DUT's."""
+
+
+def missing_kernel(exc: BaseException) -> bool:
+    """Whether ``exc`` says the stack lacks a kernel or feature (see MISSING_KERNEL)."""
+    return isinstance(exc, Unsupported) or bool(MISSING_KERNEL.search(str(exc)))
+
+
+def torch_api(path: str):
+    """The torch API at ``path`` (``"nn.functional.rms_norm"``), or :class:`Unsupported`
+    naming it when this torch has none (Note [Missing features of older stacks])."""
+    obj = torch
+    for part in path.split("."):
+        if not hasattr(obj, part):
+            raise Unsupported(f"torch {torch.__version__} has no torch.{path}")
+        obj = getattr(obj, part)
+    return obj
+
+
+def storage_lifetime_unsupported() -> Optional[str]:
+    """None when a storage keeps one Python object for its life, so a weak-reference
+    finaliser on it sees the storage freed (what :class:`harness.memory.StorageTracker`,
+    the CPU's memory meter, counts frees by); else the reason (probed once)."""
+    return _feature(("storage_lifetime",), _probe_storage_lifetime)
+
+
+def _probe_storage_lifetime() -> Optional[str]:
+    tensor = torch.empty(16)
+    storage = tensor.untyped_storage()
+    if storage is not tensor.untyped_storage():
+        # no weak reference to such a storage: torch 2.1 frees these wrappers without
+        # clearing their weak references, and the dangling ones crash the exit (below)
+        return (f"torch {torch.__version__} keeps no Python object per storage "
+                "(untyped_storage() returns a new one each call), so the harness's CPU "
+                "memory tracker cannot see frees; memory checks need a device with "
+                "allocator statistics or a newer torch")
+    freed: list = []
+    weakref.finalize(storage, freed.append, True)
+    del storage, tensor
+    gc.collect()
+    if not freed:
+        return (f"torch {torch.__version__} never finalises a freed storage's Python "
+                "object, so the harness's CPU memory tracker cannot see frees")
+    return None
+
+
+def _warning_text(caught: list) -> str:
+    return "; ".join(" ".join(str(w.message).split()) for w in caught)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -437,17 +546,92 @@ class Device:
 
     # ---- mixed precision
     def autocast(self, dtype: torch.dtype = torch.float16, enabled: bool = True):
-        """``torch.autocast`` for this device; ``torch_npu.npu.amp`` on older stacks."""
+        """``torch.autocast`` for this device; ``torch_npu.npu.amp`` on older stacks.
+
+        Raises :class:`Unsupported` when this stack has no autocast in ``dtype`` on this
+        device (Note [Missing features of older stacks]); ``enabled=False`` always works.
+        """
+        reason = self.autocast_unsupported(dtype)
+        if reason is None:
+            return self._autocast(dtype, enabled)
+        if enabled:
+            raise Unsupported(reason)
+        # a disabled region's dtype does not matter, but torch 2.1's CPU autocast refuses
+        # a float16 one on entering even when disabled: give it the device's default dtype
+        return self._autocast(None, False)
+
+    def _autocast(self, dtype: Optional[torch.dtype], enabled: bool):
+        chosen = {} if dtype is None else {"dtype": dtype}
         try:
-            return torch.autocast(device_type=self.type, dtype=dtype, enabled=enabled)
+            return torch.autocast(device_type=self.type, enabled=enabled, **chosen)
         except (RuntimeError, ValueError):
             if self.type != "npu":
                 raise
             return importlib.import_module("torch_npu").npu.amp.autocast(
-                enabled=enabled, dtype=dtype)
+                enabled=enabled, **chosen)
+
+    def autocast_unsupported(self, dtype: torch.dtype) -> Optional[str]:
+        """None when autocast in ``dtype`` works here, else the reason (probed once)."""
+        return _feature(("autocast", self.type, dtype), lambda: self._probe_autocast(dtype))
+
+    def _probe_autocast(self, dtype: torch.dtype) -> Optional[str]:
+        what = (f"torch {torch.__version__} has no {str(dtype)[6:]} autocast on "
+                f"{self.type}")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                x = torch.ones(2, 2, device=self.torch_device)
+                with self._autocast(dtype, True):
+                    out = torch.mm(x, x)
+            except Exception as exc:  # noqa: BLE001 - any refusal is the reason
+                return f"{what} ({type(exc).__name__}: {' '.join(str(exc).split())})"
+        if out.dtype != dtype:
+            said = _warning_text(caught)
+            return (f"{what} (mm under autocast({str(dtype)[6:]}) returned {out.dtype}"
+                    + (f"; torch warned: {said}" if said else "") + ")")
+        return None
+
+    def grad_scaler_unsupported(self) -> Optional[str]:
+        """None when this device has a working GradScaler, else the reason (probed once)."""
+        return _feature(("grad_scaler", self.type), self._probe_grad_scaler)
+
+    def _probe_grad_scaler(self) -> Optional[str]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                scaler = self._grad_scaler()
+            except Exception as exc:  # noqa: BLE001 - any refusal is the reason
+                return (f"torch {torch.__version__} has no GradScaler for {self.type} "
+                        f"({type(exc).__name__}: {' '.join(str(exc).split())})")
+        if not scaler.is_enabled():
+            said = _warning_text(caught)
+            return (f"torch {torch.__version__} has no GradScaler for {self.type} "
+                    "(torch.amp.GradScaler is missing and the fallback disables itself"
+                    + (f": {said}" if said else "") + ")")
+        return None
 
     def grad_scaler(self, **kwargs):
-        """A GradScaler for this device (``torch.amp`` first, vendor module fallback)."""
+        """A GradScaler for this device (``torch.amp`` first, vendor module fallback).
+
+        Raises :class:`Unsupported` when this stack has none for this device (Note
+        [Missing features of older stacks]); ``enabled=False`` always works.
+        """
+        if kwargs.get("enabled", True):
+            reason = self.grad_scaler_unsupported()
+            if reason is not None:
+                raise Unsupported(reason)
+        return self._grad_scaler(**kwargs)
+
+    def missing_features(self) -> dict[str, str]:
+        """The features this stack lacks on this device: name -> reason (for the header)."""
+        found = {f"autocast({str(dtype)[6:]})": self.autocast_unsupported(dtype)
+                 for dtype in (torch.float16, torch.bfloat16)}
+        found["GradScaler"] = self.grad_scaler_unsupported()
+        if not self.has_allocator_stats:
+            found["memory tracker"] = storage_lifetime_unsupported()
+        return {name: reason for name, reason in found.items() if reason is not None}
+
+    def _grad_scaler(self, **kwargs):
         amp_scaler = getattr(getattr(torch, "amp", None), "GradScaler", None)
         if amp_scaler is not None:
             try:

@@ -53,6 +53,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from harness.device import Unsupported, storage_lifetime_unsupported
+
 # ------------------------------------------------------------------------- tracker
 
 
@@ -198,6 +200,9 @@ class MemoryMeter:
                     "tracker must sit below injected faults' dispatch modes to see what they "
                     "allocate (Note [Mode order] in harness/memory.py); use "
                     "harness.memory.measure(device) for both in the right order")
+            reason = storage_lifetime_unsupported()
+            if reason is not None:  # Note [Missing features of older stacks]
+                raise Unsupported(reason)
             self._tracker = StorageTracker(self._limit, self.device.oom_error)
             self._tracker.__enter__()
         else:

@@ -30,7 +30,15 @@ import pytest
 from harness import baselines, faults, known_failures, regress
 from harness import session as harness_session
 from harness.argtypes import non_negative_int, positive_float, positive_int
-from harness.device import DEVICE_TYPES, Device, DeviceUnavailable, select, xdist_worker_index
+from harness.device import (
+    DEVICE_TYPES,
+    Device,
+    DeviceUnavailable,
+    Unsupported,
+    missing_kernel,
+    select,
+    xdist_worker_index,
+)
 from harness.results import Record, RunResults
 from harness.session import BASELINE_MODES, FAIL_ON, RunState, Settings
 from harness.stack import fingerprint as make_fingerprint
@@ -314,6 +322,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
                  f"{fp['device_type']}/{fp['device_slug']}")
     lines.append(f"harness: {harness_session.baseline_line(state)}")
     lines.append(f"harness: seed {state.settings.seed} (+ crc32(nodeid) per test)")
+    for feature, reason in state.device.missing_features().items():
+        lines.append(f"harness: unsupported here: {feature}: {reason}")
     if state.settings.faults:
         lines.append(f"harness: INJECTED FAULTS: {', '.join(state.settings.faults)}")
     return lines
@@ -449,6 +459,18 @@ def _status_of(report: pytest.TestReport) -> str:
     return "fail" if report.when == "call" else "error"
 
 
+def _unsupported(item: pytest.Item, report: pytest.TestReport, reason: str,
+                 failed: bool) -> Record:
+    """A check that raised :class:`Unsupported`: skipped (unless it recorded a failure
+    first), recorded ``unsupported`` (Note [Missing features of older stacks])."""
+    if not failed:
+        path, lineno, _ = item.location
+        report.outcome = "skipped"
+        report.longrepr = (path, (lineno or 0) + 1, f"unsupported: {reason}")
+    return Record(id=auto_record_id(item.nodeid), status="unsupported", test=item.nodeid,
+                  message=reason, info={"reason": reason})
+
+
 def _fail(report: pytest.TestReport, text: str) -> None:
     if report.passed:
         report.outcome = "failed"
@@ -468,6 +490,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         return report
     recorder = item.stash.get(RECORDER, None)
     records = list(recorder.records) if recorder else []
+    if call.excinfo is not None and missing_kernel(call.excinfo.value):
+        exc = call.excinfo.value
+        reason = str(exc) if isinstance(exc, Unsupported) else \
+            f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+        records.append(_unsupported(item, report, reason,
+                                    failed=any(r.status in ("fail", "error") for r in records)))
     if not records:
         records = [Record(id=auto_record_id(item.nodeid), status=_status_of(report),
                           test=item.nodeid)]

@@ -18,6 +18,7 @@ import dataclasses
 import torch
 import torch.nn.functional as F  # noqa: N812 - the usual alias
 
+from harness.device import torch_api
 from harness.ops.spec import FLOATS, INTS, I, M, OpEntry, Sample, T, late_bound
 from harness.ops.stats import dropout_judge
 
@@ -264,7 +265,7 @@ def _layer_norm(x, w, b, eps=1e-5):
 
 
 def _rms_norm(x, w, eps=1e-6):
-    return F.rms_norm(x, (x.shape[-1],), w, eps)
+    return torch_api("nn.functional.rms_norm")(x, (x.shape[-1],), w, eps)  # torch >= 2.4
 
 
 def _clip_grad_norm(grads, max_norm=1.0, norm_type=2.0, **kw):

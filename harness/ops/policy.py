@@ -50,6 +50,8 @@ __all__ = ["OP_STANDARDS", "GRAD_STANDARDS", "UNSUPPORTED_PATTERNS", "DEFAULT_ST
 # One table for every pipeline; each row says where its wording comes from.
 UNSUPPORTED_PATTERNS: tuple[tuple[str, str], ...] = (
     (r"not (currently )?implemented", "no kernel (torch: 'not implemented for <dtype>')"),
+    (r"Currently, Autocast\w* only supports? ", "this autocast lacks the dtype (torch 2.1's "
+     "CPU autocast: bfloat16 only)"),
     (r"could not run '[^']*' with arguments from the", "no kernel for this dispatch key"),
     (r"could not run", "no kernel for this dispatch key"),
     (r"not supported|unsupported|no support", "the backend says it is not supported"),
@@ -76,6 +78,10 @@ def classify_exception(exc: BaseException) -> tuple[str, str]:
     text = f"{type(exc).__name__}: {first}"
     if isinstance(exc, NotImplementedError):
         return "unsupported", f"NotImplementedError: {text}"
+    from harness.device import Unsupported
+
+    if isinstance(exc, Unsupported):  # Note [Missing features of older stacks]
+        return "unsupported", f"this stack lacks it: {first}"
     message = str(exc)
     for pattern, why in _UNSUPPORTED:
         if pattern.search(message):

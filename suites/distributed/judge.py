@@ -29,9 +29,19 @@ class DistVerdict:
 
 
 def record_problem(results, record_id: str, outcome) -> bool:
-    """Record a launch problem (rank exception, hang) as an error; True when there was one."""
+    """Record a launch problem (rank exception, hang) as an error; True when there was one.
+
+    Every rank raising ``Unsupported`` (the stack lacks a feature the check needs, Note
+    [Missing features of older stacks] in harness/device.py) is ``unsupported`` instead.
+    """
     if outcome.ok:
         return False
+    refused = {error.message for error in outcome.errors.values() if error.type == "Unsupported"}
+    if refused and len(outcome.errors) == outcome.world_size and not outcome.hung and \
+            all(error.type == "Unsupported" for error in outcome.errors.values()):
+        reason = sorted(refused)[0]
+        results.record(record_id, status="unsupported", message=reason, info={"reason": reason})
+        return True
     results.record(record_id, status="error",
                    message=f"{outcome.problem()}\n{results.reproduce}")
     return True
