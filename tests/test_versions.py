@@ -273,10 +273,11 @@ def test_an_api_this_torch_lacks_is_unsupported_naming_it():
     "Currently, AutocastCPU only support Bfloat16 as the autocast_cpu_dtype",
 ])
 def test_missing_kernels_are_unsupported_in_the_runner_and_the_plugin(message):
-    from harness.ops import runner
+    from harness.ops import policy
 
     assert device_mod.missing_kernel(RuntimeError(message))
-    assert runner._status_of(RuntimeError(message)) == "unsupported"
-    assert runner._status_of(Unsupported("torch 2.1.2 has no torch.nn.functional.rms_norm")) \
-        == "unsupported"
-    assert runner._status_of(RuntimeError("size mismatch, m1: [2 x 3], m2: [4 x 5]")) == "error"
+    assert policy.classify_exception(RuntimeError(message))[0] == "unsupported"
+    assert policy.classify_exception(
+        Unsupported("torch 2.1.2 has no torch.nn.functional.rms_norm"))[0] == "unsupported"
+    assert policy.classify_exception(
+        RuntimeError("size mismatch, m1: [2 x 3], m2: [4 x 5]"))[0] == "error"
