@@ -69,9 +69,17 @@ class KnownFailure:
         return dataclasses.asdict(self)
 
 
-KNOWN_FAILURES: tuple[KnownFailure, ...] = ()
-"""The table. Empty for now: no failure is known on a stack this suite has run on. Add a
-row per known failure, e.g. :data:`EXAMPLE`."""
+_CUMPROD_21 = ("torch 2.1's cumprod_backward takes its subclass-safe formula whenever a "
+               "Python dispatch mode is active, and the harness's aten-op recording around "
+               "the DUT is one: the DUT's gradient is then up to 1e3x less accurate than the "
+               "CPU's own in the same dtype (fixed in later torch)")
+
+KNOWN_FAILURES: tuple[KnownFailure, ...] = tuple(
+    KnownFailure(device_type="cpu", stack="torch-2.1.*",
+                 match=f"suites/ops/test_catalog.py::test_op[[]cumprod-{dtype}]",
+                 reason=_CUMPROD_21, link="harness: Note [Aten ops of a record]")
+    for dtype in ("float32", "bfloat16"))
+"""The table: one row per known failure (see :data:`EXAMPLE`)."""
 
 EXAMPLE = KnownFailure(
     device_type="npu", stack="cann-8.0.RC*", match="ops/erfinv/bfloat16/*",
