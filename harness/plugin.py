@@ -499,6 +499,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if not records:
         records = [Record(id=auto_record_id(item.nodeid), status=_status_of(report),
                           test=item.nodeid)]
+    if getattr(report, "wasxfail", None):  # a known failure (harness.known_failures)
+        for rec in records:
+            rec.info.setdefault("known_failure", report.wasxfail)
     failing = [r for r in records if r.status in ("fail", "error")]
     if failing and report.passed:
         _fail(report, "\n".join(f"{r.id}: {r.message or r.status}" for r in failing))

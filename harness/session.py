@@ -79,6 +79,13 @@ class RunState:
     report: object = None  # the harness.report model, when --report wrote one
 
 
+def _judged_statuses(run: RunResults) -> dict[str, str]:
+    """Record id -> status for the verdict: records of a listed known failure (a strict
+    xfail, :mod:`harness.known_failures`) do not count as failing; the table says why."""
+    return {rid: ("known-failure" if rec.info.get("known_failure") else rec.status)
+            for rid, rec in run.records.items()}
+
+
 def utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -143,7 +150,7 @@ def conclude(state: RunState, complete: bool) -> verdict.RunVerdict:
                     if f.kind in ("regression", "review", "improvement")]
     failed_tests = [node for node, outcome in run.outcomes.items() if outcome == "failed"]
     judged = verdict.decide(
-        {rid: rec.status for rid, rec in run.records.items()}, state.findings,
+        _judged_statuses(run), state.findings,
         failed_tests=failed_tests,
         baseline_statuses={rid: rec.status for rid, rec in base.records.items()} if base else None,
         errors=state.errors, compared=base is not None,
@@ -162,7 +169,7 @@ def conclude(state: RunState, complete: bool) -> verdict.RunVerdict:
     if len(state.errors) > len(judged.errors):
         # errors while writing come after the verdict: judge again so they count
         state.verdict = judged = verdict.decide(
-            {rid: rec.status for rid, rec in run.records.items()}, state.findings,
+            _judged_statuses(run), state.findings,
             failed_tests=failed_tests,
             baseline_statuses={rid: rec.status for rid, rec in base.records.items()}
             if base else None, errors=state.errors, compared=base is not None,
