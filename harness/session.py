@@ -149,13 +149,15 @@ def conclude(state: RunState, complete: bool) -> verdict.RunVerdict:
     run.findings = [f.to_json() for f in state.findings
                     if f.kind in ("regression", "review", "improvement")]
     failed_tests = [node for node, outcome in run.outcomes.items() if outcome == "failed"]
-    judged = verdict.decide(
-        _judged_statuses(run), state.findings,
-        failed_tests=failed_tests,
-        baseline_statuses={rid: rec.status for rid, rec in base.records.items()} if base else None,
-        errors=state.errors, compared=base is not None,
-        not_compared=not_compared_reason(state), complete=complete)
-    state.verdict = judged
+    base_statuses = {rid: rec.status for rid, rec in base.records.items()} if base else None
+
+    def judge() -> verdict.RunVerdict:
+        return verdict.decide(_judged_statuses(run), state.findings, failed_tests=failed_tests,
+                              baseline_statuses=base_statuses, errors=state.errors,
+                              compared=base is not None,
+                              not_compared=not_compared_reason(state), complete=complete)
+
+    state.verdict = judged = judge()
     run.verdict = judged.to_json()
     if not run.records and not run.outcomes:
         return judged  # nothing ran (e.g. --collect-only): write nothing
@@ -168,12 +170,7 @@ def conclude(state: RunState, complete: bool) -> verdict.RunVerdict:
         _write_report(state)
     if len(state.errors) > len(judged.errors):
         # errors while writing come after the verdict: judge again so they count
-        state.verdict = judged = verdict.decide(
-            _judged_statuses(run), state.findings,
-            failed_tests=failed_tests,
-            baseline_statuses={rid: rec.status for rid, rec in base.records.items()}
-            if base else None, errors=state.errors, compared=base is not None,
-            not_compared=not_compared_reason(state), complete=complete)
+        state.verdict = judged = judge()
     return judged
 
 
