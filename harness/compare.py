@@ -99,6 +99,7 @@ from typing import Optional
 
 import torch
 
+from harness import dtypes
 from harness.results import Rule, higher, lower
 
 __all__ = ["STANDARDS", "DTYPE_LIMITS", "Standard", "DtypeLimits", "Verdict",
@@ -270,7 +271,7 @@ def _index(flat: int, shape: torch.Size) -> tuple[int, ...]:
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).replace("torch.", "")
+    return dtypes.name(dtype)
 
 
 # -------------------------------------------------------------------------- verdict

@@ -29,6 +29,7 @@ from typing import Callable, Optional
 import torch
 import torch.nn.functional as F  # noqa: N812 - torch's own convention
 
+from harness import dtypes
 from harness.compare import nonfinite_classes
 
 CLASS_NAMES = ("finite", "nan", "+inf", "-inf")
@@ -175,7 +176,7 @@ def check(op: EdgeOp, example: Example, device, dtype: torch.dtype) -> Agreement
     if not mismatched:
         return Agreement(0, dut.numel())
     first = tuple(int(i) for i in bad.nonzero()[0])
-    name = str(dtype).replace("torch.", "")
+    name = dtypes.name(dtype)
     message = (f"{op.name} ({name}): {mismatched} of {dut.numel()} output elements have a "
                f"NaN/Inf class the reference does not allow (Note [Edge-value agreement]).\n"
                f"First at index {first}: DUT {dut[first].item()!r} "

@@ -141,7 +141,7 @@ def _make_perturb_mode_class():
             out = func(*args, **kwargs)
             if self.op in (str(func), str(func.overloadpacket)):
                 tensor = first_tensor(out)
-                dtype_name = str(tensor.dtype).replace("torch.", "") if tensor is not None else None
+                dtype_name = str(tensor.dtype).removeprefix("torch.") if tensor is not None else None
                 if self.dtypes is None or dtype_name in self.dtypes:
                     out = self.transform(out, args, kwargs)
             return out

@@ -39,12 +39,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from harness import dtypes
 from harness.argtypes import non_negative_int, positive_float, positive_int
 from harness.faults import first_tensor
 
-DTYPES = {"float32": None, "float16": torch.float16, "bfloat16": torch.bfloat16}
-AMP_NAMES = {"fp16": "float16", "float16": "float16", "bf16": "bfloat16",
-             "bfloat16": "bfloat16"}
+DTYPES = {"float32": None, **dtypes.AMP}
+AMP_NAMES = {name: dtypes.canonical(name) for name in ("fp16", "float16", "bf16", "bfloat16")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -343,7 +343,7 @@ def _metrics(dut: torch.Tensor, ref: torch.Tensor) -> tuple[float, float, float,
 def compare(name: str, phase: str, dut: torch.Tensor, ref: torch.Tensor,
             tolerance: Tolerance, same_dtype: Optional[torch.Tensor] = None) -> LayerDiff:
     """One layer against the fp32 reference (and the CPU's own run in the DUT dtype)."""
-    dtype = str(dut.dtype).replace("torch.", "")
+    dtype = dtypes.name(dut.dtype)
     if dut.shape != ref.shape:
         return LayerDiff(name, phase, tuple(dut.shape), dtype, math.inf, math.inf, 0.0, 0,
                          False, None, tolerance.rel)
@@ -396,7 +396,7 @@ def localize(model_factory: Callable[[], nn.Module], batch: tuple[torch.Tensor, 
         dut_model: use this (already placed) DUT model instead of a copy of the
             reference, e.g. one a check has trained or modified.
     """
-    dtype_name = str(amp_dtype).replace("torch.", "") if amp_dtype is not None else "float32"
+    dtype_name = dtypes.name(amp_dtype) if amp_dtype is not None else "float32"
     tol = tolerance or TOLERANCES[dtype_name]
     torch.manual_seed(seed)
     ref_model = model_factory().float()

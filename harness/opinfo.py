@@ -57,6 +57,7 @@ from typing import Any, Callable, Iterable, Optional
 
 import torch
 
+from harness import dtypes
 from harness.ops import policy
 from harness.results import lower
 
@@ -188,7 +189,7 @@ def torch_dtype(name: str) -> torch.dtype:
 
 
 def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).replace("torch.", "")
+    return dtypes.name(dtype)
 
 
 def cases(op_db: Iterable, dtypes: Iterable[str] = DTYPES) -> list[OpInfoCase]:

@@ -38,6 +38,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812 - the usual alias
 from torch import nn
 
+from harness import dtypes
 from harness.model.spec import ModelSpec, make_target
 
 PHASES = ("forward", "backward", "optimizer")
@@ -106,7 +107,7 @@ def _numel(shape: tuple[int, ...]) -> int:
 
 
 def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).replace("torch.", "")
+    return dtypes.name(dtype)
 
 
 @dataclasses.dataclass
@@ -258,7 +259,7 @@ def _text(value: Any) -> str:
     if isinstance(value, dict):
         return "{" + ",".join(f"{k}={_text(value[k])}" for k in sorted(value)) + "}"
     if isinstance(value, (torch.memory_format, torch.layout)):
-        return str(value).replace("torch.", "")
+        return dtypes.name(value)
     return type(value).__name__  # never a repr with an address in it
 
 

@@ -44,7 +44,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from harness import fallback
+from harness import dtypes, fallback
 from harness.model.capture import (
     DEVICE,
     IGNORED_NAMESPACES,
@@ -332,7 +332,7 @@ def build_case(model: str, call: Call) -> ModelCase:
             return _spec_for(value, call.ranges[index], upcast, wants_grad)
         if isinstance(value, (list, tuple)):
             return type(value)(spec(v) for v in value)
-        if isinstance(value, torch.dtype) and str(value).replace("torch.", "") == primary \
+        if isinstance(value, torch.dtype) and dtypes.name(value) == primary \
                 and primary_index is not None:
             return CASE_DTYPE
         return value

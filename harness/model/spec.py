@@ -24,16 +24,15 @@ from typing import Any, Optional, Sequence
 import torch
 from torch import nn
 
+from harness import dtypes
+
 DTYPE_NAMES: dict[str, torch.dtype] = {
-    "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
-    "float64": torch.float64, "int64": torch.int64, "int32": torch.int32, "bool": torch.bool,
-}
+    name: dtypes.BY_NAME[name]
+    for name in ("float32", "float16", "bfloat16", "float64", "int64", "int32", "bool")}
 """The dtypes an input or target may name (``--input 8x3x32x32:float16``)."""
 
 AMP_DTYPES: dict[str, torch.dtype] = {
-    "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
-    "fp16": torch.float16, "float16": torch.float16,
-}
+    name: dtypes.BY_NAME[dtypes.canonical(name)] for name in ("bf16", "bfloat16", "fp16", "float16")}
 """``--amp`` values: the autocast dtype (short and long names)."""
 
 _FACTORY = re.compile(r"^(?P<module>[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*):(?P<attr>[A-Za-z_]\w*)$")

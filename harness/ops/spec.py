@@ -24,19 +24,17 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
+from harness import dtypes
 from harness.ops.policy import GRAD_STANDARDS, OP_STANDARDS, op_names, standard_for
 
-FLOATS = ("float32", "float16", "bfloat16")
+FLOATS = dtypes.FLOATS
 INTS = ("int32", "int64")
 
 DTYPES: dict[str, torch.dtype] = {
-    "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
-    "float64": torch.float64, "int32": torch.int32, "int64": torch.int64,
-    "int8": torch.int8, "uint8": torch.uint8, "bool": torch.bool,
-}
+    name: dtypes.BY_NAME[name] for name in
+    ("float32", "float16", "bfloat16", "float64", "int32", "int64", "int8", "uint8", "bool")}
 
-UPCAST: dict[str, str] = {"float16": "float32", "bfloat16": "float32", "float32": "float64",
-                          "float64": "float64"}
+UPCAST: dict[str, str] = dtypes.UPCAST
 """The reference's dtype per DUT dtype (DESIGN.md: fp16/bf16 -> fp32, fp32 -> fp64);
 integer dtypes are computed as they are."""
 

@@ -21,6 +21,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from harness import dtypes as dt
 from harness.results import equal, lower
 
 LOW = "low"      # the autocast dtype
@@ -57,13 +58,13 @@ OPS = {
     "sum": ("fp32_widen", lambda x, a: x.sum(-1)),
     "cumsum": ("fp32_widen", lambda x, a: x.cumsum(-1)),
 }
-AMP_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+AMP_DTYPES = dt.AMP
 
 
 def expected_dtype(device_type: str, policy: str, amp: torch.dtype, inp: torch.dtype) -> str:
     rule = POLICY.get(device_type, POLICY["default"])[policy]
     dtype = {LOW: amp, FP32: torch.float32, INPUT: inp}[rule]
-    return str(dtype).replace("torch.", "")
+    return dt.name(dtype)
 
 
 def _aux(gen: torch.Generator, place, dtype) -> dict:
@@ -89,7 +90,7 @@ def test_autocast_policy(device, results, amp, op, inp):
     # reference: the same math in fp64 on the CPU, from the same (rounded) inputs
     ref = fn(x.to(in_dtype).double(), {k: v.cpu().double() if v.is_floating_point() else v.cpu()
                                       for k, v in aux.items()})
-    got = str(out.dtype).replace("torch.", "")
+    got = dt.name(out.dtype)
     want = expected_dtype(device.type, policy, amp_dtype, in_dtype)
     # error relative to the output's scale (elementwise relative error is meaningless
     # for matmul outputs near zero)
@@ -129,7 +130,7 @@ def test_nested_autocast_disabled_computes_fp32(device, results, amp):
     allowed = 2 * w2.shape[1] * 2.0**-24
     dtypes = {"hidden": hidden.dtype, "inner": inner.dtype, "probs": probs.dtype,
               "after": after.dtype}
-    names = {k: str(v).replace("torch.", "") for k, v in dtypes.items()}
+    names = {k: dt.name(v) for k, v in dtypes.items()}
     ok = (dtypes["hidden"] == amp_dtype and dtypes["inner"] == torch.float32
           and dtypes["probs"] == torch.float32 and dtypes["after"] == amp_dtype and err < allowed)
     results.record(

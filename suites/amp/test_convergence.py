@@ -9,6 +9,7 @@ the divergence finder's report (:mod:`harness.localize`) on the model's first ba
 import pytest
 import torch
 
+from harness import dtypes as dt
 from harness import localize, training
 from harness.results import higher, lower
 
@@ -16,7 +17,7 @@ AMP_DTYPES = [torch.float16, torch.bfloat16]
 
 
 def _name(dtype: torch.dtype) -> str:
-    return str(dtype).replace("torch.", "")
+    return dt.name(dtype)
 
 
 @pytest.mark.parametrize("amp_dtype", AMP_DTYPES, ids=_name)

@@ -8,6 +8,7 @@ faults in ``harness/fault_catalog/example.py`` must turn these red.
 import pytest
 import torch
 
+from harness import dtypes as dt
 from harness.results import lower
 
 DTYPES = [torch.float32, torch.bfloat16]
@@ -19,7 +20,7 @@ def _max_rel_err(dut: torch.Tensor, ref: torch.Tensor) -> float:
     return float((diff / ref.double().abs().clamp_min(1e-6)).max())
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("dtype", DTYPES, ids=dt.ids)
 def test_add_matches_reference(device, results, dtype):
     a, b = torch.randn(64, 33), torch.randn(64, 33)
     with device.scope():
@@ -32,7 +33,7 @@ def test_add_matches_reference(device, results, dtype):
                    message=f"add max_rel_err {err:.3g} > {limit:.3g}")
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("dtype", DTYPES, ids=dt.ids)
 def test_relu_matches_reference(device, results, dtype):
     x = torch.randn(1000)
     with device.scope():

@@ -12,6 +12,7 @@ import pytest
 import torch
 from torch import nn
 
+from harness import dtypes as dt
 from harness import localize, training
 from harness.results import equal, lower
 
@@ -148,7 +149,7 @@ def test_no_running_stats(device, results, settings):
                 f"{errs} (allowed 1e-5); buffers {buffers}\n{results.reproduce}")
 
 
-AMP = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+AMP = dt.AMP
 
 
 @pytest.mark.parametrize("amp", list(AMP))
@@ -168,7 +169,7 @@ def test_autocast_low_precision_input(device, results, settings, amp):
     ref_bn = nn.BatchNorm2d(C).double().train()
     ref_out = ref_bn(h.detach().cpu().double())
     low_ok = h.dtype == amp_dtype
-    kept = {name: str(t.dtype).replace("torch.", "")
+    kept = {name: dt.name(t.dtype)
             for name, t in [*bn.named_parameters(), *bn.named_buffers()]}
     fp32_kept = all(v in ("float32", "int64") for v in kept.values())
     out_err = _rel(out.float(), ref_out)
@@ -178,7 +179,7 @@ def test_autocast_low_precision_input(device, results, settings, amp):
     ok = low_ok and fp32_kept and out_err <= limit and stat_err <= 1e-4
     results.record(
         f"norm/batchnorm2d/{amp}/autocast", status="pass" if ok else "fail",
-        metrics={"out_dtype": str(out.dtype).replace("torch.", ""), "out_rel_err": out_err,
+        metrics={"out_dtype": dt.name(out.dtype), "out_rel_err": out_err,
                  "running_stats_rel_err": stat_err, "non_fp32_bn_tensors":
                  sum(v not in ("float32", "int64") for v in kept.values())},
         rules={"out_dtype": equal(), "out_rel_err": lower(rel=4.0, abs=limit / 10),

@@ -16,6 +16,7 @@ import pytest
 import torch
 import torch.nn.functional as F  # noqa: N812 - torch's own convention
 
+from harness import dtypes as dt
 from harness.results import equal
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -116,7 +117,7 @@ def bit_mismatches(first: list, second: list) -> tuple[int, int]:
     return bad, total
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("dtype", DTYPES, ids=dt.ids)
 @pytest.mark.parametrize("row", DETERMINISTIC, ids=lambda r: r.name)
 def test_two_runs_are_bit_identical(row, dtype, device, results):
     gen = torch.Generator().manual_seed(1234)
@@ -129,7 +130,7 @@ def test_two_runs_are_bit_identical(row, dtype, device, results):
                 outputs.append(_tensors(row.run(*inputs)))
                 device.synchronize()
     mismatched, numel = bit_mismatches(*outputs)
-    name = str(dtype).replace("torch.", "")
+    name = dt.name(dtype)
     what = "gradients" if row.backward else "outputs"
     results.record(
         f"determinism/{row.name}/{name}", status="fail" if mismatched else "pass",

@@ -11,13 +11,14 @@ import pytest
 import torch
 from hypothesis import given
 
+from harness import dtypes as dt
 from harness import edge
 from harness.results import lower
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("dtype", DTYPES, ids=dt.ids)
 @pytest.mark.parametrize("op", edge.EDGE_OPS, ids=lambda op: op.name)
 def test_edge_values_agree_with_reference(op, dtype, device, results):
     seen = {"examples": 0, "mismatches": 0, "first": ""}
@@ -31,7 +32,7 @@ def test_edge_values_agree_with_reference(op, dtype, device, results):
             seen["first"] = seen["first"] or outcome.message
         assert outcome.ok, outcome.message
 
-    name = str(dtype).replace("torch.", "")
+    name = dt.name(dtype)
     try:
         agrees()
     finally:

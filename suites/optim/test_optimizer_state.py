@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from harness import dtypes as dt
 from harness.results import equal, lower
 
 OPTIMIZERS = {
@@ -27,7 +28,7 @@ OPTIMIZERS = {
     "adagrad": (torch.optim.Adagrad, {"lr": 0.05}),
 }
 VARIANTS = {"forloop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}
-AMP_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+AMP_DTYPES = dt.AMP
 STEPS = {"small": 8, "full": 40}
 # Limit on |p_dut - p_ref| / |p_ref - p_0| (max over elements): an fp32 optimizer against an
 # fp64 one fed the same gradients stays near 1e-6; state kept in 16 bits shows ~1e-3.
@@ -64,7 +65,7 @@ def _state_summary(opt, params) -> tuple[dict, int, int, int]:
         for key, value in opt.state.get(param, {}).items():
             if not isinstance(value, torch.Tensor):
                 continue
-            dtypes[key] = str(value.dtype).replace("torch.", "")
+            dtypes[key] = dt.name(value.dtype)
             if key == "step":
                 continue
             wrong += value.dtype != param.dtype
