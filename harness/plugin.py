@@ -385,6 +385,17 @@ class Recorder:
         self.records.append(rec)
         return rec
 
+    def check(self, record_id: str, ok: bool, message: str = "", *,
+              metrics: Optional[dict] = None, rules: Optional[dict] = None,
+              info: Optional[dict] = None) -> Record:
+        """Record a check's outcome: status ``pass`` when ``ok``, else ``fail`` with
+        ``message`` and the reproduce line (which failing the test prints)."""
+        if not ok:
+            message = f"{message}\nreproduce: {self.reproduce}" if message else \
+                f"reproduce: {self.reproduce}"
+        return self.record(record_id, status="pass" if ok else "fail", metrics=metrics,
+                           rules=rules, message=message, info=info)
+
 
 def settings_of(config: pytest.Config) -> Optional[Settings]:
     """The run's Settings at collection time (``pytest_generate_tests``), before fixtures."""
