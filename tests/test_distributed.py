@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -21,7 +22,7 @@ import pytest
 
 from harness.device import Device
 from harness.distributed import ROOT, DistCase, Planner, SubCheck, free_port, launch
-from suites.distributed.judge import judge_collective, judge_ddp, judge_sampler
+from harness.distributed.judge import judge_collective, judge_ddp, judge_sampler
 
 pytestmark = pytest.mark.distributed
 
@@ -191,7 +192,7 @@ def test_planner_runs_all_cases_of_a_world_size_in_one_launch(monkeypatch):
         return LaunchResult(world_size, "gloo", 1, reports, [c.name for c in checks],
                             False, 1.0, 0.0, "")
 
-    monkeypatch.setattr("harness.distributed.launch", fake_launch)
+    monkeypatch.setattr("harness.distributed.launcher.launch", fake_launch)
     cases = [DistCase(ws, SubCheck(name, "m:f")) for ws in (2, 4) for name in ("a", "b")]
     planner = Planner(Device("cpu"), lambda: cases, timeout=10)
     assert planner.outcome(cases[0]).values == {0: "a", 1: "a"}
@@ -254,9 +255,43 @@ def test_docs_show_the_torchrun_entry_point():
     assert "--node-rank" in text and "-m harness.distributed" in text
 
 
+def test_documented_torchrun_checks_are_built_in_rank_programs():
+    """The commands README.md and docs/distributed.md show need no checkout on the path."""
+    named = []
+    for doc in (Path(ROOT) / "README.md", Path(ROOT) / "docs" / "distributed.md"):
+        text = doc.read_text().replace("\\\n", " ")
+        for args in re.findall(r"-m harness\.distributed\s+([^-`\s][^`\n]*?)\s+--out", text):
+            named += [word for word in args.split()
+                      if re.fullmatch(r"[\w.:]+", word) and word != "CHECK"]
+    assert {"collective", "ddp_train"} <= set(named)
+    for name in named:
+        assert SubCheck.of(name).target == f"harness.distributed.checks:{name}"
+
+
+def test_a_bare_check_name_is_a_built_in_rank_program_or_refused():
+    from harness.distributed import checks
+
+    assert SubCheck.of("collective", op="broadcast") == SubCheck(
+        "collective", "harness.distributed.checks:collective", {"op": "broadcast"},
+        checks.__file__)
+    assert SubCheck.of("harness.distributed.checks:collective").name == "collective"
+    with pytest.raises(ValueError, match="not a built-in rank program.*ddp_train"):
+        SubCheck.of("no_such_check")
+
+
+def test_every_public_rank_program_is_built_in():
+    import inspect
+
+    from harness.distributed import checks
+
+    public = {name for name, fn in vars(checks).items() if inspect.isfunction(fn)
+              and fn.__module__ == checks.__name__ and not name.startswith("_")}
+    assert public == set(checks.BUILT_IN)
+
+
 def test_a_port_taken_before_the_ranks_bind_it_is_retried(monkeypatch):
     """Another process may take the chosen port before rank 0 binds it: one retry."""
-    import harness.distributed as hd
+    import harness.distributed.launcher as hd
 
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))

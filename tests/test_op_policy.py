@@ -30,7 +30,7 @@ NO_KERNEL = RuntimeError("Could not run 'aten::foo' with arguments from the 'Pri
     (RuntimeError("CUDA error: an illegal memory access was encountered"), "error"),
 ])
 def test_one_classifier_answers_for_every_pipeline(exc, status):
-    from suites.distributed import dist_checks
+    from harness.distributed import checks as dist_checks
 
     got, reason = policy.classify_exception(exc)
     assert got == status and type(exc).__name__ in reason

@@ -204,7 +204,7 @@ def test_a_missing_feature_is_an_unsupported_record_never_an_error(pytester, mon
 
 
 def _judge():
-    path = Path(__file__).resolve().parents[1] / "suites" / "distributed" / "judge.py"
+    path = Path(__file__).resolve().parents[1] / "harness" / "distributed" / "judge.py"
     spec = importlib.util.spec_from_file_location("_dist_judge", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there

@@ -3,7 +3,7 @@
 Tests are parametrised with :class:`harness.distributed.DistCase` values; the ``dist``
 fixture returns a case's :class:`~harness.distributed.CheckOutcome`. The first test of a
 world size launches every selected case of that size at once (Note [One launch per world
-size] in :mod:`harness.distributed`).
+size] in :mod:`harness.distributed.cases`).
 """
 
 from __future__ import annotations

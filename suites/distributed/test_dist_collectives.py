@@ -11,23 +11,23 @@ from __future__ import annotations
 
 import pytest
 
-from harness.distributed import DistCase, SubCheck
-from suites.distributed.dist_checks import COLLECTIVE_OPS, COLLECTIVE_SIZES, WORLD_SIZES
-from suites.distributed.judge import (
+from harness.distributed import DistCase, SubCheck, checks
+from harness.distributed.checks import COLLECTIVE_OPS, COLLECTIVE_SIZES, WORLD_SIZES
+from harness.distributed.judge import (
     judge_barrier,
     judge_collective,
+    record_error,
     record_problem,
     record_verdict,
 )
 
 pytestmark = pytest.mark.distributed
 
-CHECKS = "suites.distributed.dist_checks"
 DTYPES = ("float32", "float16", "bfloat16", "int64")
 
 
 @pytest.mark.parametrize("case", [
-    DistCase(ws, SubCheck.of(f"{CHECKS}:collective", name=f"{op}/{dtype}", op=op, dtype=dtype,
+    DistCase(ws, SubCheck.of(checks.collective, name=f"{op}/{dtype}", op=op, dtype=dtype,
                          sizes=list(COLLECTIVE_SIZES)))
     for ws in WORLD_SIZES for op in COLLECTIVE_OPS for dtype in DTYPES], ids=lambda c: c.id)
 def test_collective_matches_numpy(case, dist, results):
@@ -36,16 +36,17 @@ def test_collective_matches_numpy(case, dist, results):
     for size in COLLECTIVE_SIZES:
         record_id = f"distributed/{op}/{dtype}/n={size}/ws{case.world_size}"
         if not outcome.ok:  # the whole story once, then a pointer to it
-            first = size == COLLECTIVE_SIZES[0]
-            results.record(record_id, status="error",
-                           message=f"{outcome.problem()}\n{results.reproduce}" if first
-                           else f"not measured: see n={COLLECTIVE_SIZES[0]}")
+            if size == COLLECTIVE_SIZES[0]:
+                record_error(results, record_id, outcome.problem())
+            else:
+                results.record(record_id, status="error",
+                               message=f"not measured: see n={COLLECTIVE_SIZES[0]}")
             continue
         verdict = judge_collective(outcome.values, str(size), op=op, dtype=dtype)
         record_verdict(results, record_id, verdict)
 
 
-@pytest.mark.parametrize("case", [DistCase(ws, SubCheck.of(f"{CHECKS}:barrier", name="barrier"))
+@pytest.mark.parametrize("case", [DistCase(ws, SubCheck.of(checks.barrier, name="barrier"))
                                   for ws in WORLD_SIZES], ids=lambda c: c.id)
 def test_barrier_waits_for_every_rank(case, dist, results):
     record_id = f"distributed/barrier/none/staggered/ws{case.world_size}"

@@ -7,11 +7,13 @@ step. Variants cover the DDP options and training patterns that take other code 
 
 from __future__ import annotations
 
+from typing import Callable
+
 import pytest
 
-from harness.distributed import DistCase, SubCheck
-from suites.distributed.dist_checks import WORLD_SIZES
-from suites.distributed.judge import (
+from harness.distributed import DistCase, SubCheck, checks
+from harness.distributed.checks import WORLD_SIZES
+from harness.distributed.judge import (
     judge_amp,
     judge_buffers,
     judge_ddp,
@@ -22,20 +24,20 @@ from suites.distributed.judge import (
 
 pytestmark = pytest.mark.distributed
 
-CHECKS = "suites.distributed.dist_checks"
 STEPS = 5
-# (dtype, variant): the DDP paths checked; see dist_checks.DDP_VARIANTS
+# (dtype, variant): the DDP paths checked; see harness.distributed.checks.DDP_VARIANTS
 DDP_CASES = [("float32", "plain"), ("float64", "plain"), ("float32", "unused_params"),
              ("float32", "bucket_view"), ("float32", "small_buckets"),
              ("float32", "no_sync"), ("float32", "join")]
 
 
-def _case(ws: int, name: str, fn: str, **kwargs) -> DistCase:
-    return DistCase(ws, SubCheck.of(f"{CHECKS}:{fn}", name=name, **kwargs))
+def _case(ws: int, name: str, fn: Callable, **kwargs) -> DistCase:
+    return DistCase(ws, SubCheck.of(fn, name=name, **kwargs))
 
 
 @pytest.mark.parametrize("case", [
-    _case(ws, f"ddp/{dtype}/{variant}", "ddp_train", variant=variant, dtype=dtype, steps=STEPS)
+    _case(ws, f"ddp/{dtype}/{variant}", checks.ddp_train, variant=variant, dtype=dtype,
+          steps=STEPS)
     for ws in WORLD_SIZES for dtype, variant in DDP_CASES], ids=lambda c: c.id)
 def test_ddp_matches_single_process(case, dist, results):
     kwargs = case.check.kwargs
@@ -48,7 +50,7 @@ def test_ddp_matches_single_process(case, dist, results):
     record_verdict(results, record_id, verdict)
 
 
-@pytest.mark.parametrize("case", [_case(ws, "ddp/amp", "ddp_amp", steps=STEPS)
+@pytest.mark.parametrize("case", [_case(ws, "ddp/amp", checks.ddp_amp, steps=STEPS)
                                   for ws in WORLD_SIZES], ids=lambda c: c.id)
 def test_ddp_amp_grad_scaler(case, dist, results):
     outcome = dist(case)
@@ -59,7 +61,7 @@ def test_ddp_amp_grad_scaler(case, dist, results):
     record_verdict(results, record_id, verdict)
 
 
-@pytest.mark.parametrize("case", [_case(ws, "ddp/buffers", "ddp_buffers")
+@pytest.mark.parametrize("case", [_case(ws, "ddp/buffers", checks.ddp_buffers)
                                   for ws in WORLD_SIZES], ids=lambda c: c.id)
 def test_ddp_broadcast_buffers(case, dist, results):
     record_id = f"distributed/ddp/float32/broadcast_buffers/ws{case.world_size}"
@@ -70,7 +72,7 @@ def test_ddp_broadcast_buffers(case, dist, results):
     record_verdict(results, record_id, verdict)
 
 
-@pytest.mark.parametrize("case", [_case(ws, "ddp/sync_batchnorm", "sync_batchnorm")
+@pytest.mark.parametrize("case", [_case(ws, "ddp/sync_batchnorm", checks.sync_batchnorm)
                                   for ws in WORLD_SIZES], ids=lambda c: c.id)
 def test_sync_batchnorm_matches_full_batch(case, dist, results):
     record_id = f"distributed/ddp/float32/sync_batchnorm/ws{case.world_size}"

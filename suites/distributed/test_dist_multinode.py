@@ -9,6 +9,7 @@ files are elsewhere). The verdicts are the single-host ones. See docs/distribute
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -20,11 +21,11 @@ from pathlib import Path
 import pytest
 
 from harness.distributed import ADDRESS_IN_USE, ROOT, free_port
-from suites.distributed.judge import judge_collective, judge_ddp
+from harness.distributed.judge import judge_collective, judge_ddp, record_error, record_verdict
 
 pytestmark = pytest.mark.distributed
 
-CHECKS = ("suites.distributed.dist_checks:collective", "suites.distributed.dist_checks:ddp_train")
+CHECKS = ("collective", "ddp_train")  # built-in rank programs, by name (as docs/distributed.md)
 NODE_TIMEOUT = 35.0  # the run takes 4-15 s; keeps a hang well under a minute
 
 
@@ -84,11 +85,11 @@ def test_two_torchrun_nodes_on_loopback(device, results, tmp_path):
     record_id = "distributed/multinode/none/torchrun_2x1/ws2"
     summary_path = out / "summary.json"
     if codes != [0, 0] or not summary_path.exists():
-        results.record(record_id, status="error",
-                       message=f"{why or 'done'}: torchrun nodes exited {codes}; summary.json "
-                               f"{'written' if summary_path.exists() else 'missing'}.\n"
-                               + "\n".join(f"--- node {n} ---\n{text[-3000:]}"
-                                           for n, text in enumerate(outputs)))
+        record_error(results, record_id,
+                     f"{why or 'done'}: torchrun nodes exited {codes}; summary.json "
+                     f"{'written' if summary_path.exists() else 'missing'}.\n"
+                     + "\n".join(f"--- node {n} ---\n{text[-3000:]}"
+                                 for n, text in enumerate(outputs)))
         return
     summary = json.loads(summary_path.read_text())
     values = {r["rank"]: r["results"] for r in summary["ranks"]}
@@ -96,8 +97,8 @@ def test_two_torchrun_nodes_on_loopback(device, results, tmp_path):
                 for rank, checks in values.items() for name, res in checks.items()
                 if not res.get("ok")]
     if problems or sorted(values) != [0, 1]:
-        results.record(record_id, status="fail", message="; ".join(problems)
-                       or f"summary has ranks {sorted(values)}, expected [0, 1]")
+        results.check(record_id, False, "; ".join(problems)
+                      or f"summary has ranks {sorted(values)}, expected [0, 1]")
         return
     ddp = judge_ddp({r: v["ddp_train"]["value"] for r, v in values.items()},
                     dtype="float32", variant="plain", steps=5, world_size=2)
@@ -107,6 +108,5 @@ def test_two_torchrun_nodes_on_loopback(device, results, tmp_path):
         verdicts[f"all_reduce_sum/float32/n={size}"] = judge_collective(
             collective, size, op="all_reduce_sum", dtype="float32")
     for name, verdict in verdicts.items():
-        results.record(f"distributed/multinode/{name}/torchrun_2x1", status=verdict.status,
-                       metrics=verdict.metrics, rules=verdict.rules,
-                       message=f"two torchrun nodes: {verdict.message}")
+        verdict = dataclasses.replace(verdict, message=f"two torchrun nodes: {verdict.message}")
+        record_verdict(results, f"distributed/multinode/{name}/torchrun_2x1", verdict)

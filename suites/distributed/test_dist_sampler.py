@@ -5,17 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from harness.distributed import DistCase, SubCheck
-from suites.distributed.dist_checks import WORLD_SIZES
-from suites.distributed.judge import judge_sampler, record_problem, record_verdict
+from harness.distributed import DistCase, SubCheck, checks
+from harness.distributed.checks import WORLD_SIZES
+from harness.distributed.judge import judge_sampler, record_problem, record_verdict
 
 pytestmark = pytest.mark.distributed
 
-CHECKS = "suites.distributed.dist_checks"
-
 
 @pytest.mark.parametrize("case", [
-    DistCase(ws, SubCheck.of(f"{CHECKS}:sampler", name=f"sampler/drop_last={drop}",
+    DistCase(ws, SubCheck.of(checks.sampler, name=f"sampler/drop_last={drop}",
                          drop_last=drop))
     for ws in WORLD_SIZES for drop in (False, True)], ids=lambda c: c.id)
 def test_distributed_sampler_shards(case, dist, results):

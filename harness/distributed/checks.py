@@ -1,15 +1,17 @@
-"""The rank side of the distributed family: sub-checks every rank runs.
+"""The rank side of the distributed family: the sub-checks every rank runs.
 
 Each function is ``fn(ctx, **kwargs)`` (:class:`harness.distributed.RankContext`), runs
 the DUT's work (DDP, collectives, the sampler) inside ``ctx.device.scope()`` so faults
 apply, computes its reference on the CPU outside it (NumPy, or a single process on the
 full batch in float64), and returns plain JSON metrics. The pytest side
-(``test_dist_*.py``) turns them into records; nothing here decides pass or fail except
-where only the rank can tell (an op the backend refuses is returned as ``unsupported``).
+(``suites/distributed/test_dist_*.py``) turns them into records with
+:mod:`harness.distributed.judge`; nothing here decides pass or fail except where only
+the rank can tell (an op the backend refuses is returned as ``unsupported``).
 
-The functions are importable by name (``suites.distributed.dist_checks:ddp_train``), so
-they also run under torchrun: ``torchrun ... -m harness.distributed
-suites.distributed.dist_checks:ddp_train --out DIR`` (``docs/distributed.md``).
+They are the built-in rank programs (``BUILT_IN``), so they also run under torchrun by
+name, from an installed package: ``torchrun ... -m harness.distributed ddp_train
+collective --out DIR`` (``harness.distributed.checks:ddp_train`` works too;
+``docs/distributed.md``).
 """
 
 from __future__ import annotations
@@ -24,15 +26,12 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from harness import dtypes
 from harness.ops.policy import classify_exception
 
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
-          "int64": torch.int64, "float64": torch.float64}
-
 # Unit roundoff per dtype (2^-p): collective sums are bounded by
-# ws * eps * sum(|x|), the textbook bound for recursive summation.
-EPS = {"float64": 2.0**-52, "float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7,
-       "int64": 0.0}
+# ws * eps * sum(|x|), the textbook bound for recursive summation; integers are exact.
+EPS = {**dtypes.EPS, "int64": 0.0}
 
 # What a backend says when it lacks an op or dtype is a capability (recorded
 # `unsupported`), not a wrong answer: decided by the one op policy
@@ -132,7 +131,7 @@ def ddp_train(ctx, variant: str = "plain", dtype: str = "float32", steps: int = 
     from torch.distributed.algorithms.join import Join
 
     ws, rank = ctx.world_size, ctx.rank
-    torch_dtype = DTYPES[dtype]
+    torch_dtype = dtypes.BY_NAME[dtype]
     torch.manual_seed(ctx.seed)
     model = MLP(unused=variant == "unused_params")
     reference = copy.deepcopy(model).double()
@@ -213,7 +212,7 @@ def ddp_amp(ctx, steps: int = 5, local_batch: int = 8, lr: float = 0.05):
         shard = slice(rank * local_batch, (rank + 1) * local_batch)
         with ctx.device.scope():
             opt.zero_grad(set_to_none=True)
-            with ctx.device.autocast(DTYPES[amp_dtype]):
+            with ctx.device.autocast(dtypes.AMP[amp_dtype]):
                 out = net(x[shard].to(ctx.torch_device, torch.float32))
             loss = nn.functional.mse_loss(out.float(), y[shard].to(ctx.torch_device,
                                                                    torch.float32))
@@ -321,7 +320,7 @@ def _inputs(seed: int, rank: int, size: int, dtype: str) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed * 7919 + rank * 104729 + size)
     if dtype == "int64":
         return torch.randint(-1000, 1000, (size,), generator=gen, dtype=torch.int64)
-    return torch.randn(size, generator=gen, dtype=torch.float32).to(DTYPES[dtype])
+    return torch.randn(size, generator=gen, dtype=torch.float32).to(dtypes.BY_NAME[dtype])
 
 
 def _np(t: torch.Tensor) -> np.ndarray:
@@ -453,3 +452,9 @@ def sampler(ctx, length: int = 0, drop_last: bool = False, epochs=(0, 1, 2), see
             orders[str(epoch)] = [int(i) for i in sampler_]
     return {"length": length, "num_replicas": sampler_.num_replicas, "rank": sampler_.rank,
             "epochs": orders}
+
+
+BUILT_IN = {fn.__name__: fn for fn in (ddp_train, ddp_amp, ddp_buffers, sync_batchnorm,
+                                       collective, barrier, sampler)}
+"""The rank programs by the bare name torchrun users give them (Note [Naming a sub-check]
+in harness/distributed/subcheck.py)."""

@@ -1,7 +1,8 @@
 """Verdicts of the distributed family: every rank's returned values -> one record.
 
 Plain functions over plain values (the ranks' JSON), so the judgement is testable
-without launching anything. Each returns a :class:`DistVerdict` the test records as is.
+without launching anything. Each ``judge_*`` returns a :class:`DistVerdict`, which
+:func:`record_verdict` records as is.
 """
 
 from __future__ import annotations
@@ -21,11 +22,27 @@ DDP_TOLERANCE = {"float64": 1e-12, "float32": 1e-5, "float16": 1e-2, "bfloat16":
 
 @dataclasses.dataclass
 class DistVerdict:
-    status: str
+    status: str  # pass | fail | error (the ranks disagree on what happened) | unsupported
     metrics: dict[str, Any]
     rules: dict[str, Rule]
     message: str = ""
     info: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def of(cls, problems: list[str], metrics: dict[str, Any], rules: dict[str, Rule],
+           info: Optional[dict[str, Any]] = None) -> DistVerdict:
+        """``pass`` when nothing is wrong, else ``fail`` saying every problem."""
+        return cls("fail" if problems else "pass", metrics, rules, "; ".join(problems),
+                   dict(info or {}))
+
+
+def record_error(results, record_id: str, message: str) -> None:
+    """Record that a check could not measure (``error``), with the reproduce line.
+
+    ``results.check`` writes the line for pass/fail; an error is neither, so this is the
+    family's one place that appends ``results.reproduce`` itself.
+    """
+    results.record(record_id, status="error", message=f"{message}\nreproduce: {results.reproduce}")
 
 
 def record_problem(results, record_id: str, outcome) -> bool:
@@ -42,16 +59,21 @@ def record_problem(results, record_id: str, outcome) -> bool:
         reason = sorted(refused)[0]
         results.record(record_id, status="unsupported", message=reason, info={"reason": reason})
         return True
-    results.record(record_id, status="error",
-                   message=f"{outcome.problem()}\n{results.reproduce}")
+    record_error(results, record_id, outcome.problem())
     return True
 
 
 def record_verdict(results, record_id: str, verdict: DistVerdict) -> None:
-    """Record a verdict; its failure message ends with the reproduce command."""
-    results.record(record_id, status=verdict.status, metrics=verdict.metrics,
-                   rules=verdict.rules, info=verdict.info,
-                   message=f"{verdict.message}\n{results.reproduce}")
+    """Record a verdict: pass/fail through ``results.check`` (a failure's message ends
+    with the reproduce command), an error through :func:`record_error`."""
+    if verdict.status in ("pass", "fail"):
+        results.check(record_id, verdict.status == "pass", verdict.message,
+                      metrics=verdict.metrics, rules=verdict.rules, info=verdict.info)
+    elif verdict.status == "error":
+        record_error(results, record_id, verdict.message)
+    else:
+        results.record(record_id, status=verdict.status, metrics=verdict.metrics,
+                       rules=verdict.rules, info=verdict.info, message=verdict.message)
 
 
 def _worst(values: dict[int, dict], key: str) -> tuple[float, Optional[int], Optional[int]]:
@@ -116,8 +138,8 @@ def judge_ddp(values: dict[int, dict], *, dtype: str, variant: str, steps: int,
     floor = tol / 10
     rules = {"grad_err": lower(rel=10.0, abs=floor), "param_err": lower(rel=10.0, abs=floor),
              "ranks_disagree_steps": equal(0), "unused_grad_max": equal(0)}
-    return DistVerdict("fail" if problems else "pass", metrics, rules, "; ".join(problems),
-                   info={"grad_err_per_step": {r: v.get("grad_err") for r, v in values.items()}})
+    return DistVerdict.of(problems, metrics, rules, info={
+        "grad_err_per_step": {r: v.get("grad_err") for r, v in values.items()}})
 
 
 def judge_amp(values: dict[int, dict]) -> tuple[str, DistVerdict]:
@@ -147,8 +169,7 @@ def judge_amp(values: dict[int, dict]) -> tuple[str, DistVerdict]:
                "skipped_steps": skipped}
     rules = {"grad_err": lower(rel=4.0, abs=tol / 10), "param_err": lower(rel=4.0, abs=tol / 10),
              "ranks_disagree_steps": equal(0), "skipped_steps": equal(0)}
-    return amp_dtype, DistVerdict("fail" if problems else "pass", metrics, rules,
-                              "; ".join(problems), info={"scale": sorted(scales)})
+    return amp_dtype, DistVerdict.of(problems, metrics, rules, info={"scale": sorted(scales)})
 
 
 def _max_abs_diff(a: list, b: list) -> float:
@@ -198,8 +219,8 @@ def judge_buffers(values: dict[int, dict]) -> DistVerdict:
                "ranks_disagree": int(len(hashes) > 1)}
     rules = {"buffer_mismatch": equal(0), "buffer_stale": equal(0),
              "grad_err": lower(rel=10.0, abs=tol / 10), "ranks_disagree": equal(0)}
-    return DistVerdict("fail" if problems else "pass", metrics, rules, "; ".join(problems),
-                   info={"buffer_divergence_within_step": diverge})
+    return DistVerdict.of(problems, metrics, rules,
+                          info={"buffer_divergence_within_step": diverge})
 
 
 def judge_sync_batchnorm(values: dict[int, dict]) -> DistVerdict:
@@ -218,9 +239,9 @@ def judge_sync_batchnorm(values: dict[int, dict]) -> DistVerdict:
                         f"batch: {stats:.3g} > {tol:g}")
     if grad > tol:
         problems.append(f"gradients differ from BatchNorm on the full batch: {grad:.3g} > {tol:g}")
-    return DistVerdict("fail" if problems else "pass", {"stats_err": stats, "grad_err": grad},
-                   {"stats_err": lower(rel=10.0, abs=tol / 10),
-                    "grad_err": lower(rel=10.0, abs=tol / 10)}, "; ".join(problems))
+    return DistVerdict.of(problems, {"stats_err": stats, "grad_err": grad},
+                          {"stats_err": lower(rel=10.0, abs=tol / 10),
+                           "grad_err": lower(rel=10.0, abs=tol / 10)})
 
 
 def judge_collective(values: dict[int, dict], size: str, *, op: str, dtype: str) -> DistVerdict:
@@ -238,28 +259,29 @@ def judge_collective(values: dict[int, dict], size: str, *, op: str, dtype: str)
     excess_rank = max(per_rank, key=lambda r: float(per_rank[r]["excess"]))
     worst = per_rank[excess_rank]
     mismatched = sum(int(v.get("mismatched", 0)) for v in per_rank.values())
-    status = "pass" if float(worst["excess"]) <= 0 and mismatched == 0 else "fail"
-    message = ""
-    if status == "fail":
+    problems = []
+    if not (float(worst["excess"]) <= 0 and mismatched == 0):  # NaN excess fails too
         allowed = "exact" if bound == 0 else f"within {bound:.3g} (summation bound)"
-        message = (f"{op} {dtype} n={size}: {mismatched} elements over all ranks differ "
-                   f"from NumPy beyond what is allowed ({allowed}); worst on rank "
-                   f"{excess_rank} at index {worst.get('worst_index')}: got "
-                   f"{worst.get('worst_got')}, expected {worst.get('worst_expected')}"
-                   + (f"; shapes {worst['shape']}" if "shape" in worst else ""))
-    return DistVerdict(status, {"max_abs_err": err, "mismatched": mismatched},
-                   {"max_abs_err": lower(rel=4.0, abs=bound), "mismatched": equal(0)},
-                   message, info={"bound": bound})
+        problems.append(f"{op} {dtype} n={size}: {mismatched} elements over all ranks differ "
+                        f"from NumPy beyond what is allowed ({allowed}); worst on rank "
+                        f"{excess_rank} at index {worst.get('worst_index')}: got "
+                        f"{worst.get('worst_got')}, expected {worst.get('worst_expected')}"
+                        + (f"; shapes {worst['shape']}" if "shape" in worst else ""))
+    return DistVerdict.of(problems, {"max_abs_err": err, "mismatched": mismatched},
+                          {"max_abs_err": lower(rel=4.0, abs=bound), "mismatched": equal(0)},
+                          info={"bound": bound})
 
 
 def judge_barrier(values: dict[int, dict]) -> DistVerdict:
     last_in = max(float(v["entered"]) for v in values.values())
     first_out = min(float(v["left"]) for v in values.values())
     early = max(0.0, last_in - first_out)
-    status = "pass" if early <= 1e-3 else "fail"
-    return DistVerdict(status, {"early_exit_s": early}, {"early_exit_s": lower(rel=1.0, abs=1e-3)},
-                   "" if status == "pass" else
-                   f"a rank left the barrier {early * 1e3:.1f} ms before the last rank entered")
+    problems = []
+    if early > 1e-3:
+        problems.append(f"a rank left the barrier {early * 1e3:.1f} ms before the last rank "
+                        "entered")
+    return DistVerdict.of(problems, {"early_exit_s": early},
+                          {"early_exit_s": lower(rel=1.0, abs=1e-3)})
 
 
 def judge_sampler(values: dict[int, dict], *, drop_last: bool) -> DistVerdict:
@@ -300,6 +322,5 @@ def judge_sampler(values: dict[int, dict], *, drop_last: bool) -> DistVerdict:
     replicas = {(int(v["num_replicas"]), int(v["rank"]) == r) for r, v in values.items()}
     if replicas != {(ws, True)}:
         problems.append(f"the sampler read num_replicas/rank wrong: {replicas}")
-    return DistVerdict("fail" if problems else "pass",
-                   {"problems": len(problems), "same_order_epochs": len(same)},
-                   {"problems": equal(0), "same_order_epochs": equal(0)}, "; ".join(problems))
+    return DistVerdict.of(problems, {"problems": len(problems), "same_order_epochs": len(same)},
+                          {"problems": equal(0), "same_order_epochs": equal(0)})

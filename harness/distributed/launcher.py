@@ -1,0 +1,257 @@
+"""Start a check's ranks on this host, watch them, and kill the ones that hang.
+
+:func:`launch` starts ``world_size`` processes, each running ``python -m
+harness.distributed --spec FILE --out DIR`` with the environment torchrun would give it
+(``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT`` on a free
+port): one process per device on accelerators, 2 or 4 on the CPU (gloo). It reads what
+the ranks write (Note [Rank results on disk] in :mod:`harness.distributed.rankfiles`),
+never a pipe, and returns a :class:`~harness.distributed.outcome.LaunchResult`.
+
+Note [No process outlives its test]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+Ranks stay in the launcher's process group (so whoever kills the test's group kills
+them too), are killed one by one by pid and reaped when the launch ends for any reason,
+and ask the kernel to kill them when their parent dies (``PR_SET_PDEATHSIG`` on Linux),
+which covers a launcher that is itself killed with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Optional, Sequence, Union
+
+from harness.distributed.outcome import LaunchResult, RankReport
+from harness.distributed.rankfiles import read_json, tail
+from harness.distributed.subcheck import SubCheck
+from harness.results import pid_alive
+
+ROOT = Path(__file__).resolve().parents[2]
+"""The folder holding the ``harness`` package (a checkout's root): the ranks' working
+directory and first ``PYTHONPATH`` entry."""
+SPEC_ENV = "HARNESS_DIST_LAUNCHER"  # set in ranks started by launch(): "<launcher pid>"
+ADDRESS_IN_USE = ("EADDRINUSE", "Address already in use", "address already in use")
+LAUNCH_DIR_PREFIX = "harness-dist-"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on now (the OS picks it; a new one every call)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def remove_stale_launch_dirs(root: Optional[str] = None) -> list[Path]:
+    """Delete ``harness-dist-<pid>-*`` temp folders whose launching process is gone.
+
+    A launch folder is removed when its launch ends; a launcher killed with SIGKILL cannot
+    clean up, so the next launch on the machine removes what it left.
+    """
+    base = Path(root or tempfile.gettempdir())
+    removed = []
+    for folder in base.glob(f"{LAUNCH_DIR_PREFIX}*"):
+        pid = folder.name[len(LAUNCH_DIR_PREFIX):].split("-", 1)[0]
+        if folder.is_dir() and pid.isdigit() and not pid_alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
+
+
+def launch(checks: Union[Callable, str, SubCheck, Sequence[Union[Callable, str, SubCheck]]],
+           world_size: int, device, *, timeout: float = 120.0, seed: int = 0,
+           out_dir: Union[str, Path, None] = None, env: Optional[dict] = None,
+           threads_per_rank: Optional[int] = None, port_attempts: int = 2,
+           startup_timeout: float = 60.0) -> LaunchResult:
+    """Run sub-checks on ``world_size`` local ranks with ``device``'s backend.
+
+    Args:
+        checks: one or more top-level functions ``fn(ctx, **kwargs)``, ``module:function``
+            strings, built-in names (``collective``) or :class:`SubCheck` (name + kwargs;
+            Note [Naming a sub-check]); every rank runs them in order.
+        world_size: number of ranks; on accelerators at most ``device.count`` (one
+            process per device, rank ``r`` on device ``r``).
+        device: the DUT (:class:`harness.device.Device`).
+        timeout: kill the ranks when none made progress (finished a sub-check) for this
+            long, and report which hung (Note [Rank results on disk]).
+        startup_timeout: the same limit until every rank has joined the process group
+            (process start, ``import torch``, rendezvous); at least ``timeout``.
+        out_dir: where ranks write results; a temporary folder (removed) when None.
+        threads_per_rank: torch intra-op threads per rank; default: the host's cores
+            shared out between ranks (ranks oversubscribing a small host crawl).
+    Returns:
+        A :class:`LaunchResult`; ``result.outcome(name)`` for each sub-check.
+    """
+    plan = _as_plan(checks)
+    names = [c.name for c in plan]
+    if len(set(names)) != len(names):
+        raise ValueError(f"sub-check names must be unique, got {names}")
+    if world_size < 1:
+        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    if device.is_accelerator and world_size > device.count:
+        raise ValueError(f"world_size {world_size} > {device.count} {device.type} devices; "
+                         "one process per device")
+    with contextlib.ExitStack() as stack:
+        if out_dir is None:
+            remove_stale_launch_dirs()
+            out_dir = stack.enter_context(tempfile.TemporaryDirectory(
+                prefix=f"{LAUNCH_DIR_PREFIX}{os.getpid()}-"))
+        base = Path(out_dir)
+        for attempt in range(max(1, port_attempts)):
+            run_dir = base / f"launch{attempt}" if port_attempts > 1 else base
+            result = _launch_once(plan, world_size, device, timeout=timeout, seed=seed,
+                                  out=run_dir, env=env, threads_per_rank=threads_per_rank,
+                                  startup_timeout=startup_timeout)
+            if not _port_clash(result):
+                return result
+        return result
+
+
+def _as_plan(checks) -> list[SubCheck]:
+    if isinstance(checks, (str, SubCheck)) or callable(checks):
+        checks = [checks]
+    return [c if isinstance(c, SubCheck) else SubCheck.of(c) for c in checks]
+
+
+def _port_clash(result: LaunchResult) -> bool:
+    """Someone took the free port between choosing and binding it: worth one retry."""
+    return any(r.state in ("starting", "crashed", "missing")
+               and any(word in (r.log_tail + json.dumps(r.results)) for word in ADDRESS_IN_USE)
+               for r in result.ranks)
+
+
+def _launch_once(plan: list[SubCheck], world_size: int, device, *, timeout: float, seed: int,
+                 out: Path, env: Optional[dict], threads_per_rank: Optional[int],
+                 startup_timeout: float) -> LaunchResult:
+    out.mkdir(parents=True, exist_ok=True)
+    spec_path = out / "spec.json"
+    spec = {"checks": [c.to_json() for c in plan], "device": device.type, "seed": seed,
+            "timeout": timeout}
+    spec_path.write_text(json.dumps(spec))
+    port = free_port()
+    threads = threads_per_rank or max(1, (os.cpu_count() or 1) // world_size)
+    base_env = dict(os.environ)
+    base_env.update(env or {})
+    python_path = [str(ROOT)] + [p for p in base_env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    base_env.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                     "WORLD_SIZE": str(world_size), "LOCAL_WORLD_SIZE": str(world_size),
+                     "GROUP_RANK": "0", "OMP_NUM_THREADS": str(threads),
+                     "PYTHONPATH": os.pathsep.join(python_path),
+                     SPEC_ENV: str(os.getpid()), "PYTHONUNBUFFERED": "1"})
+    procs: list[subprocess.Popen] = []
+    logs = []
+    start = time.monotonic()
+    timed_out, why = False, None
+    killed: set[int] = set()
+    try:
+        for rank in range(world_size):
+            rank_env = dict(base_env, RANK=str(rank), LOCAL_RANK=str(rank))
+            log = open(out / f"rank{rank}.log", "wb")  # noqa: SIM115 - closed in finally
+            logs.append(log)
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "harness.distributed", "--spec", str(spec_path),
+                 "--out", str(out)], cwd=str(ROOT), env=rank_env, stdout=log,
+                stderr=subprocess.STDOUT))
+        why = _watch(procs, out, timeout, max(timeout, startup_timeout))
+        timed_out = why is not None
+        if timed_out:
+            _dump_stacks(procs, out)
+            killed = {rank for rank, proc in enumerate(procs) if proc.poll() is None}
+    finally:
+        for proc in procs:  # Note [No process outlives its test]
+            if proc.poll() is None:
+                proc.kill()
+        for proc in procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL is not ignorable
+                pass
+        for log in logs:
+            log.close()
+    reports = [_rank_report(out, rank, proc, rank in killed) for rank, proc in enumerate(procs)]
+    return LaunchResult(world_size, device.dist_backend, port, reports, [c.name for c in plan],
+                        timed_out, timeout, time.monotonic() - start, str(out), why or "")
+
+
+def _progress_key(out: Path, world_size: int) -> tuple:
+    key = []
+    for rank in range(world_size):
+        try:
+            key.append(os.stat(out / f"rank{rank}.json").st_mtime_ns)
+        except OSError:
+            key.append(None)
+    return tuple(key)
+
+
+def _watch(procs: list[subprocess.Popen], out: Path, timeout: float,
+           startup_timeout: float) -> Optional[str]:
+    """Wait for every rank; a reason when the ranks stopped making progress, else None.
+
+    Progress is a rank rewriting its results file (it does so around every sub-check),
+    so ``timeout`` bounds one sub-check, not the whole launch. Until every rank has
+    joined the process group the limit is ``startup_timeout`` instead: starting a
+    process and importing torch on a loaded host is slow, and is not a hang. A rank that
+    exits with an error while others still run cannot be waited out: its peers would
+    block in the next collective, so the launch ends a timeout after the last progress.
+    """
+    last_key = _progress_key(out, len(procs))
+    last_progress = time.monotonic()
+    started = False
+    while [proc.poll() for proc in procs].count(None):  # poll every one: returncodes
+        time.sleep(0.05)
+        for rank, proc in enumerate(procs):
+            if proc.returncode not in (None, 0):
+                data = read_json(out / f"rank{rank}.json") or {}
+                if data.get("state") != "finished":  # died: its peers would wait forever
+                    time.sleep(1.0)  # let the others write what they finished
+                    where = f" in {data['current']!r}" if data.get("current") else ""
+                    return (f"rank {rank} died (exit code {proc.returncode}, state "
+                            f"{data.get('state', 'missing')}){where}; the others were stopped")
+        key = _progress_key(out, len(procs))
+        if key != last_key:
+            last_key, last_progress = key, time.monotonic()
+            if not started:
+                states = [(read_json(out / f"rank{r}.json") or {}).get("state", "starting")
+                          for r in range(len(procs))]
+                started = all(state != "starting" for state in states)
+        elif time.monotonic() - last_progress > (timeout if started else startup_timeout):
+            return (f"no rank made progress for {timeout:.0f} s (--dist-timeout)" if started
+                    else f"the ranks did not all join the process group within "
+                         f"{startup_timeout:.0f} s (start-up limit)")
+    return None
+
+
+def _dump_stacks(procs: list[subprocess.Popen], out: Path) -> None:
+    """Ask every still-running rank for its Python stack (faulthandler on SIGUSR1)."""
+    asked = False
+    for proc in procs:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGUSR1)
+                asked = True
+    if asked:
+        time.sleep(0.5)
+
+
+def _rank_report(out: Path, rank: int, proc: subprocess.Popen, killed: bool) -> RankReport:
+    data = read_json(out / f"rank{rank}.json") or {}
+    state = data.get("state", "missing")
+    if state != "finished" and not killed and proc.returncode not in (None, 0):
+        state = "crashed" if state != "missing" else "missing"
+    stack = ""
+    if killed:
+        with contextlib.suppress(OSError):
+            stack = (out / f"rank{rank}.stack").read_text(errors="replace")
+    log_tail = "" if state == "finished" and proc.returncode == 0 else tail(out / f"rank{rank}.log")
+    return RankReport(rank=rank, pid=proc.pid, exit_code=proc.returncode, state=state,
+                      current=data.get("current"), results=data.get("results", {}),
+                      killed=killed, stack=stack, log_tail=log_tail)
