@@ -1,11 +1,14 @@
 """``type=`` functions for argparse (pytest options and the CLI alike).
 
-Each one names the bad value and what is allowed, so a usage error says how to fix it.
+Each one is named for what it accepts, and its error names the bad value and what is
+allowed, so a usage error says how to fix it. Heavy imports (torch, for the model specs)
+happen inside the function that needs them.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 
 
 def non_negative_int(text: str) -> int:
@@ -33,3 +36,44 @@ def positive_float(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
     return value
+
+
+def stack_id(text: str) -> str:
+    """A stored stack's id, ``<kind>-<version>`` (``cann-8.0.RC3``)."""
+    from harness.stack import split_stack_id
+
+    try:
+        split_stack_id(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def regular_expression(text: str) -> str:
+    """A Python regular expression (kept as text; ``re.search`` it later)."""
+    try:
+        re.compile(text)
+    except re.error as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a regular expression: {exc}") from None
+    return text
+
+
+def model_factory(text: str) -> str:
+    """A model factory, ``PKG.MOD:FACTORY``."""
+    from harness.model.spec import SpecError, check_factory
+
+    try:
+        return check_factory(text)
+    except SpecError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def model_input(text: str) -> str:
+    """``--model-input``'s shapes, ``SHAPE[:DTYPE]`` joined by commas (kept as text)."""
+    from harness.model.spec import SpecError, parse_tensor_specs
+
+    try:
+        parse_tensor_specs(text, source="--model-input")
+    except SpecError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text

@@ -32,10 +32,11 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
 import pytest
+
+from harness.recorder import auto_record_id
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,7 +99,7 @@ def entries_for(fingerprint: dict, table: Optional[Sequence[KnownFailure]] = Non
 def candidates(item: Any) -> list[str]:
     """The names a known-failure glob is matched against (Note [Known-failure globs])."""
     nodeid = item.nodeid
-    out = [nodeid, _auto_record_id(nodeid)]
+    out = [nodeid, auto_record_id(nodeid)]
     params = getattr(getattr(item, "callspec", None), "params", {})
     entry, dtype, case = params.get("entry"), params.get("dtype"), params.get("case")
     if entry is not None and hasattr(entry, "samples"):
@@ -110,15 +111,6 @@ def candidates(item: Any) -> list[str]:
     if case is not None and hasattr(case, "id"):
         out.append(case.id)
     return out
-
-
-def _auto_record_id(nodeid: str) -> str:
-    # the plugin's automatic id (harness.plugin.auto_record_id), without importing it
-    path, _, rest = nodeid.partition("::")
-    parts = Path(path).with_suffix("").parts
-    if parts and parts[0] == "suites":
-        parts = parts[1:]
-    return "/".join([*parts, *rest.split("::")])
 
 
 def apply(items: list, fingerprint: Optional[dict],

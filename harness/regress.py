@@ -56,6 +56,11 @@ class Finding:
         out["message"] = self.message
         return {k: v for k, v in out.items() if v not in (None, "")}
 
+    @classmethod
+    def from_json(cls, data: dict) -> Finding:
+        """The inverse of :meth:`to_json` (``message`` is derived, so it is dropped)."""
+        return cls(**{k: v for k, v in data.items() if k != "message"})
+
 
 def _fmt(value: Any) -> str:
     return f"{value:.6g}" if isinstance(value, float) else repr(value)

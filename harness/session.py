@@ -1,10 +1,13 @@
 """One conformance session as plain values: its settings, its state and its end.
 
-:mod:`harness.plugin` turns pytest's ``Config`` into a :class:`Settings` and a
-:class:`RunState` once, and at the end of the session calls :func:`conclude`, which
-judges the run (:mod:`harness.verdict`), writes the results, the baseline and the alerts,
-and returns what the terminal summary prints (:func:`summary_lines`). Nothing here
-imports pytest, so all of it is testable with plain values.
+:mod:`harness.plugin` turns pytest's options into a :class:`Settings`
+(:func:`harness.options.settings_from`), starts the session with :func:`start` (faults,
+device, baseline choice: a :class:`RunState`), prints :func:`header_lines`, and at the
+end of the session calls :func:`conclude`, which judges the run (:mod:`harness.verdict`),
+writes the results, the baseline and the alerts, and returns what the terminal summary
+prints (:func:`summary_lines`). What happens to each test in between is
+:mod:`harness.checkrun`. Nothing here imports pytest, so all of it is testable with plain
+values.
 
 Note [Only a completed session records]
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -77,6 +80,12 @@ class RunState:
     written: list[str] = dataclasses.field(default_factory=list)
     verdict: Optional[verdict.RunVerdict] = None
     report: object = None  # the harness.report model, when --report wrote one
+    previous_faults: list[str] = dataclasses.field(default_factory=list)
+    """The faults active before this session (:func:`finish` restores them)."""
+
+
+class SetupError(Exception):
+    """A setting this machine or store cannot honour (the plugin: a usage error)."""
 
 
 def _judged_statuses(run: RunResults) -> dict[str, str]:
@@ -96,6 +105,89 @@ def alerts_paths(path: Path) -> tuple[Path, Path]:
     if path.suffix == ".md":
         return path.with_suffix(".json"), path
     return path, path.with_suffix(".md")
+
+
+# ------------------------------------------------------------------------ the start
+
+def start(settings: Settings, *, worker: Optional[int], controller: bool) -> RunState:
+    """Activate the faults, pick the device and the baseline: the session's state.
+
+    Args:
+        settings: the run's options.
+        worker: the xdist worker index (None outside xdist): which device index to use.
+        controller: whether this process writes the results (not an xdist worker).
+
+    Raises:
+        SetupError: an unknown fault, an unusable device, or ``--baseline require``
+            without a baseline; the faults active before are active again.
+    """
+    from harness import faults
+
+    previous = [fault.name for fault in faults.active()]
+    try:
+        faults.set_active(settings.faults)
+    except faults.FaultError as exc:
+        raise SetupError(str(exc)) from None
+    try:
+        return _started(settings, worker, controller, previous)
+    except BaseException:
+        faults.set_active(previous)
+        raise
+
+
+def _started(settings: Settings, worker: Optional[int], controller: bool,
+             previous_faults: list[str]) -> RunState:
+    from harness.device import DeviceUnavailable, select
+    from harness.stack import fingerprint
+
+    try:
+        device, probes = select(settings.device_request, index=worker or 0)
+    except DeviceUnavailable as exc:
+        raise SetupError(str(exc)) from None
+    why = [f"{p.type} not used: {p.reason}" for p in probes if not p.available]
+    run = RunResults(fingerprint=fingerprint(device), started=utc_now(), seed=settings.seed,
+                     faults=list(settings.faults))
+    selection = None
+    if settings.compares:
+        selection = baselines.select(settings.baseline_dir, run.fingerprint,
+                                     settings.baseline_against)
+        run.baseline = str(selection.path) if selection.path else None
+    state = RunState(settings, device, why, run, selection, controller=controller,
+                     previous_faults=previous_faults)
+    if selection is not None and selection.error:
+        state.errors.append(f"baseline error: {selection.error}")
+    elif settings.baseline_mode == "require" and selection is not None and selection.path is None:
+        raise SetupError(f"--baseline require: NOT COMPARED: {not_compared_reason(state)}. "
+                         "Record one on this machine with --baseline record, or point "
+                         "--baseline-dir at the store that has it")
+    return state
+
+
+def finish(state: RunState) -> None:
+    """Undo what :func:`start` changed in this process (in-process runs, e.g. pytester,
+    must not leak faults into the next session)."""
+    from harness import faults
+
+    faults.set_active(state.previous_faults)
+
+
+def header_lines(state: RunState) -> list[str]:
+    """The session header: device and why others were not used, stack, baseline, seed,
+    what is unsupported here and the injected faults."""
+    fp = state.run.fingerprint
+    how = "requested" if state.settings.device_request != "auto" else "auto"
+    lines = [f"device {state.device.type}:{state.device.index} ({fp['device_name']}) [{how}]"]
+    lines += [f"  {reason}" for reason in state.why]
+    versions = ", ".join(f"{k} {fp[k]}" for k in ("torch", "torch_npu", "cann", "cuda_runtime",
+                                                   "driver", "python") if fp.get(k))
+    lines.append(f"stack {fp['stack_id']} ({versions}); {fp['device_type']}/{fp['device_slug']}")
+    lines.append(baseline_line(state))
+    lines.append(f"seed {state.settings.seed} (+ crc32(nodeid) per test)")
+    for feature, reason in state.device.missing_features().items():
+        lines.append(f"unsupported here: {feature}: {reason}")
+    if state.settings.faults:
+        lines.append(f"INJECTED FAULTS: {', '.join(state.settings.faults)}")
+    return [f"harness: {line}" for line in lines]
 
 
 # ------------------------------------------------------------------- baseline choice

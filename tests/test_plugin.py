@@ -190,7 +190,7 @@ def test_seed_is_per_test_and_stable(project):
         "    assert True\n")
     first = project.runpytest("suites/demo/test_seed.py", "--seed", "3")
     first.assert_outcomes(passed=1)
-    from harness.plugin import seed_for
+    from harness.recorder import seed_for
     assert seed_for(3, "a") == seed_for(3, "a") != seed_for(3, "b")
 
 

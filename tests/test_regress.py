@@ -81,3 +81,10 @@ def test_alerts_are_written_as_json_and_markdown(tmp_path):
     assert [r["record_id"] for r in doc["improvements"]] == ["ops/b"]
     markdown = paths[1].read_text()
     assert "NO-GO" in markdown and "`ops/a`" in markdown
+
+
+def test_a_finding_survives_its_json():
+    finding = regress.Finding("review", "ops/a", "err", 1.0, 3.0, lower().to_json(), "b", "t")
+    assert regress.Finding.from_json(finding.to_json()) == finding
+    assert regress.Finding.from_json(regress.Finding("new", "ops/b").to_json()) == \
+        regress.Finding("new", "ops/b")

@@ -55,19 +55,16 @@ class BenchContext:
             out_metrics[f"{per_unit[1]}_per_s"] = per_unit[0] * 1e3 / centre
         verdict = self.verdict(record_id, runs, policy)
         full_info = {"runs": runs, **(info or {})}
-        status, message = "pass", ""
         if verdict is None:
             full_info["bench_verdict"] = "not compared"
         else:
             full_info["bench_verdict"] = verdict.verdict
             full_info["verdict"] = verdict.to_json()
-            if verdict.alerts:
-                status = "fail"
-                message = (f"benchmark regression against baseline {self.baseline_name}: "
-                           f"{verdict.summary()}\n  reproduce: {recorder.reproduce} "
-                           f"--bench-runs {max(2, len(values))}")
-        recorder.record(record_id, status=status, metrics=out_metrics, message=message,
-                        info=full_info)
+        summary = verdict.summary() if verdict is not None else "not compared"
+        recorder.check(record_id, verdict is None or not verdict.alerts,
+                       f"benchmark regression against baseline {self.baseline_name}: {summary}",
+                       metrics=out_metrics, info=full_info,
+                       reproduce_args=f"--bench-runs {max(2, len(values))}")
         self.verdicts[record_id] = verdict
         return verdict
 

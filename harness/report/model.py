@@ -333,9 +333,7 @@ def build(run: RunResults, baseline: Optional[RunResults] = None,
         ran = set(run.outcomes) or {rec.test for rec in run.records.values() if rec.test}
         findings = [] if baseline is None else regress.compare(
             run, baseline, baseline_name, ran_ids=ran or None)
-    findings = [f if isinstance(f, Finding) else Finding(**{k: v for k, v in f.items()
-                                                            if k != "message"})
-                for f in findings]
+    findings = [f if isinstance(f, Finding) else Finding.from_json(f) for f in findings]
     if verdict is None:
         failed = [n for n, outcome in run.outcomes.items() if outcome == "failed"]
         verdict = decide({rid: r.status for rid, r in run.records.items()}, findings,

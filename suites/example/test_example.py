@@ -28,9 +28,9 @@ def test_add_matches_reference(device, results, dtype):
     ref = a.to(dtype).double() + b.to(dtype).double()
     err = _max_rel_err(dut, ref)
     limit = TOLERANCE[dtype]
-    results.record(f"example/add/{str(dtype)[6:]}", status="pass" if err <= limit else "fail",
-                   metrics={"max_rel_err": err}, rules={"max_rel_err": lower(rel=2.0, abs=1e-7)},
-                   message=f"add max_rel_err {err:.3g} > {limit:.3g}")
+    results.check(f"example/add/{dt.name(dtype)}", err <= limit,
+                  f"add max_rel_err {err:.3g} > {limit:.3g}",
+                  metrics={"max_rel_err": err}, rules={"max_rel_err": lower(rel=2.0, abs=1e-7)})
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=dt.ids)
@@ -40,8 +40,7 @@ def test_relu_matches_reference(device, results, dtype):
         dut = torch.nn.functional.relu(x.to(device.torch_device, dtype))
     ref = torch.nn.functional.relu(x.to(dtype).double())
     mismatched = int((dut.double().cpu() != ref).sum())
-    results.record(f"example/relu/{str(dtype)[6:]}", status="pass" if mismatched == 0 else "fail",
-                   metrics={"mismatched": mismatched},
-                   rules={"mismatched": lower(rel=1.0, abs=0)},
-                   message=f"relu: {mismatched} of {x.numel()} elements differ from the "
-                           "reference (exact standard)")
+    results.check(f"example/relu/{dt.name(dtype)}", mismatched == 0,
+                  f"relu: {mismatched} of {x.numel()} elements differ from the reference "
+                  "(exact standard)",
+                  metrics={"mismatched": mismatched}, rules={"mismatched": lower(rel=1.0, abs=0)})

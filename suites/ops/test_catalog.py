@@ -58,15 +58,12 @@ def _run(entry, dtypes, slow, device, results, settings) -> None:
             continue
         for outcome in run_case(device, entry, dtype, sample, settings.seed, directions):
             ran += 1
-            message = ""
-            if outcome.status != "pass":
-                message = (f"{outcome.message()}\n(device {device.type}, dtype {dtype}, "
-                           f"standard {entry.standard if outcome.direction == 'fwd' else entry.gradient_standard})"
-                           f"\nreproduce: {results.reproduce} "
-                           f"--op-filter '{filter_regex(outcome.case_id)}'")
-            results.record(outcome.record_id, status=outcome.status,
-                           metrics=outcome.metrics(), rules=outcome.rules(), message=message,
-                           info=outcome.info)
+            standard = entry.standard if outcome.direction == "fwd" else entry.gradient_standard
+            results.outcome(outcome.record_id, outcome.status,
+                            f"{outcome.message()}\n(device {device.type}, dtype {dtype}, "
+                            f"standard {standard})",
+                            metrics=outcome.metrics(), rules=outcome.rules(), info=outcome.info,
+                            reproduce_args=f"--op-filter '{filter_regex(outcome.case_id)}'")
     if not ran:
         pytest.skip(f"no {entry.name} case matches --op-filter {settings.op_filter!r}")
 
@@ -104,13 +101,10 @@ def test_mm_run_twice_bit_identical(dtype, device, results, settings):
     differ = int((first.view(-1).view(torch.int16 if first.element_size() == 2 else torch.int32)
                   != second.view(-1).view(torch.int16 if first.element_size() == 2
                                           else torch.int32)).sum())
-    status = "pass" if differ == 0 else "fail"
-    message = "" if not differ else (
-        f"torch.mm ({dtype}, 64x96 @ 96x48) is not deterministic: {differ} of "
-        f"{first.numel()} elements differ bitwise between two identical runs on "
-        f"{device.type}; max difference "
-        f"{float((first.double() - second.double()).abs().max()):.3g}\n"
-        f"reproduce: {results.reproduce}")
-    results.record(f"ops/mm/{dtype}/run_twice/64x96x48", status=status,
-                   metrics={"bitwise_mismatched": float(differ)},
-                   rules={"bitwise_mismatched": lower(1.0, 0.0)}, message=message)
+    results.check(f"ops/mm/{dtype}/run_twice/64x96x48", differ == 0,
+                  f"torch.mm ({dtype}, 64x96 @ 96x48) is not deterministic: {differ} of "
+                  f"{first.numel()} elements differ bitwise between two identical runs on "
+                  f"{device.type}; max difference "
+                  f"{float((first.double() - second.double()).abs().max()):.3g}",
+                  metrics={"bitwise_mismatched": float(differ)},
+                  rules={"bitwise_mismatched": lower(1.0, 0.0)})

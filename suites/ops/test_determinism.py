@@ -132,12 +132,11 @@ def test_two_runs_are_bit_identical(row, dtype, device, results):
     mismatched, numel = bit_mismatches(*outputs)
     name = dt.name(dtype)
     what = "gradients" if row.backward else "outputs"
-    results.record(
-        f"determinism/{row.name}/{name}", status="fail" if mismatched else "pass",
+    results.check(
+        f"determinism/{row.name}/{name}", not mismatched,
+        f"{row.name} ({name}, {device.type}): two runs on the same inputs differ in "
+        f"{mismatched} of {numel} {what} (bitwise); documented deterministic"
+        f"{' with use_deterministic_algorithms(True)' if row.flag else ''}",
         metrics={"mismatched": mismatched, "numel": numel},
         rules={"mismatched": equal(abs=0)},
-        info={"deterministic_algorithms": row.flag},
-        message=(f"{row.name} ({name}, {device.type}): two runs on the same inputs differ in "
-                 f"{mismatched} of {numel} {what} (bitwise); documented deterministic"
-                 f"{' with use_deterministic_algorithms(True)' if row.flag else ''}\n"
-                 f"{results.reproduce}") if mismatched else "")
+        info={"deterministic_algorithms": row.flag})

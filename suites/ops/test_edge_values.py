@@ -36,10 +36,9 @@ def test_edge_values_agree_with_reference(op, dtype, device, results):
     try:
         agrees()
     finally:
-        failed = seen["mismatches"] > 0
-        results.record(f"edge/{op.name}/{name}", status="fail" if failed else "pass",
-                       metrics={"examples": seen["examples"], "mismatches": seen["mismatches"]},
-                       rules={"mismatches": lower(rel=1.0, abs=0)},
-                       message=f"{seen['mismatches']} of {seen['examples']} hypothesis examples "
-                               f"disagree with the reference on NaN/Inf positions; first:\n"
-                               f"{seen['first']}\n{results.reproduce}" if failed else "")
+        results.check(f"edge/{op.name}/{name}", seen["mismatches"] == 0,
+                      f"{seen['mismatches']} of {seen['examples']} hypothesis examples "
+                      f"disagree with the reference on NaN/Inf positions; first:\n"
+                      f"{seen['first']}",
+                      metrics={"examples": seen["examples"], "mismatches": seen["mismatches"]},
+                      rules={"mismatches": lower(rel=1.0, abs=0)})

@@ -1,0 +1,116 @@
+"""What a check records: the ``results`` fixture's :class:`Recorder`, and the ids and
+seeds the plugin derives from a test's node id. Plain values only, no pytest.
+
+Note [Check, outcome, record]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+A check reports what it measured in one of three ways, from the most to the least
+common:
+
+* :meth:`Recorder.check` ``(record_id, ok, message)``: a yes/no check. ``pass`` when
+  ``ok``; otherwise ``fail`` with ``message`` and the line that reproduces the check.
+* :meth:`Recorder.outcome` ``(record_id, status, message)``: a status some pipeline
+  decided (``pass | fail | error | unsupported | fallback | skip``); any status but
+  ``pass`` carries ``message`` and the reproduce line.
+* :meth:`Recorder.record`: everything by hand (a status and a message as given).
+
+A passing check or outcome records no message: the message says what went wrong. The
+reproduce line is written here once, so no check appends it by hand; ``reproduce_args``
+adds the options that narrow it to the failing case (``--op-filter '...'``).
+"""
+
+from __future__ import annotations
+
+import zlib
+from pathlib import Path
+from typing import Any, Optional
+
+from harness.results import Record
+
+SUITES_DIR = "suites"
+FAILING = ("fail", "error")
+
+
+def seed_for(global_seed: int, nodeid: str) -> int:
+    """The seed of one test: the global seed plus crc32 of its node id (never hash())."""
+    return (global_seed + zlib.crc32(nodeid.encode("utf-8"))) & 0xFFFFFFFF
+
+
+def auto_record_id(nodeid: str) -> str:
+    """``suites/norm/test_bn.py::TestX::test_y[fp16]`` -> ``norm/test_bn/TestX/test_y[fp16]``."""
+    path, _, rest = nodeid.partition("::")
+    parts = Path(path).with_suffix("").parts
+    if parts and parts[0] == SUITES_DIR:
+        parts = parts[1:]
+    return "/".join([*parts, *rest.split("::")])
+
+
+def suite_area(path: Path, rootpath: Path) -> Optional[str]:
+    """``<root>/suites/<area>/...`` -> area; None for a file outside ``suites/``."""
+    try:
+        rel = Path(path).resolve().relative_to(Path(rootpath).resolve())
+    except ValueError:
+        return None
+    parts = rel.parts
+    return parts[1] if len(parts) > 2 and parts[0] == SUITES_DIR else None
+
+
+def reproduce_command(nodeid: str, device_type: str, seed: int) -> str:
+    """A one-line command that runs one check alone, on the same device with the same seed."""
+    return f"python -m pytest '{nodeid}' --device {device_type} --seed {seed}"
+
+
+class Recorder:
+    """What the ``results`` fixture hands a check: record what you measured.
+
+    Args:
+        nodeid: the test's pytest node id (the ``test`` of every record).
+        device: the device under test (:class:`harness.device.Device`).
+        settings: the run's :class:`harness.session.Settings`.
+        seed: this test's seed (:func:`seed_for`).
+    """
+
+    def __init__(self, nodeid: str, device: Any, settings: Any, seed: int) -> None:
+        self.nodeid = nodeid
+        self.device = device
+        self.settings = settings
+        self.seed = seed
+        self.records: list[Record] = []
+
+    @property
+    def reproduce(self) -> str:
+        """A one-line command that runs this check alone, same device and seed."""
+        return reproduce_command(self.nodeid, self.device.type, self.settings.seed)
+
+    def record(self, record_id: str, *, status: str = "pass",
+               metrics: Optional[dict] = None, rules: Optional[dict] = None,
+               message: str = "", info: Optional[dict] = None) -> Record:
+        """Record one measurement. A ``fail``/``error`` status fails the test with ``message``."""
+        rec = Record(id=record_id, status=status, metrics=dict(metrics or {}),
+                     rules=dict(rules or {}), test=self.nodeid, message=message,
+                     info=dict(info or {}))
+        if any(r.id == record_id for r in self.records):
+            raise ValueError(f"record id {record_id!r} recorded twice by {self.nodeid}")
+        self.records.append(rec)
+        return rec
+
+    def check(self, record_id: str, ok: bool, message: str = "", *,
+              metrics: Optional[dict] = None, rules: Optional[dict] = None,
+              info: Optional[dict] = None, reproduce_args: str = "") -> Record:
+        """Record a yes/no check: ``pass`` when ``ok``, else ``fail`` with ``message`` and
+        the reproduce line, which failing the test prints (Note [Check, outcome, record])."""
+        return self.outcome(record_id, "pass" if ok else "fail", message, metrics=metrics,
+                            rules=rules, info=info, reproduce_args=reproduce_args)
+
+    def outcome(self, record_id: str, status: str, message: str = "", *,
+                metrics: Optional[dict] = None, rules: Optional[dict] = None,
+                info: Optional[dict] = None, reproduce_args: str = "") -> Record:
+        """Record a status a pipeline decided; any but ``pass`` carries ``message`` and the
+        reproduce line (Note [Check, outcome, record])."""
+        if status == "pass":
+            message = ""
+        else:
+            line = f"reproduce: {self.reproduce}" + (f" {reproduce_args}" if reproduce_args
+                                                      else "")
+            message = f"{message}\n{line}" if message else line
+        return self.record(record_id, status=status, metrics=metrics, rules=rules,
+                           message=message, info=info)
