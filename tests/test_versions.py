@@ -221,6 +221,12 @@ class _Results:
     def record(self, record_id, **kwargs):
         self.records[record_id] = kwargs
 
+    def outcome(self, record_id, status, message="", **kwargs):
+        self.record(record_id, status=status, message=message, **kwargs)
+
+    def check(self, record_id, ok, message="", **kwargs):
+        self.outcome(record_id, "pass" if ok else "fail", message, **kwargs)
+
 
 def _outcome(types, world_size=2):
     from harness.distributed import RankError

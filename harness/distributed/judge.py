@@ -37,12 +37,9 @@ class DistVerdict:
 
 
 def record_error(results, record_id: str, message: str) -> None:
-    """Record that a check could not measure (``error``), with the reproduce line.
-
-    ``results.check`` writes the line for pass/fail; an error is neither, so this is the
-    family's one place that appends ``results.reproduce`` itself.
-    """
-    results.record(record_id, status="error", message=f"{message}\nreproduce: {results.reproduce}")
+    """Record that a check could not measure (``error``), with the reproduce line
+    (``results.outcome`` adds it)."""
+    results.outcome(record_id, "error", message)
 
 
 def record_problem(results, record_id: str, outcome) -> bool:
