@@ -1,4 +1,5 @@
-"""The memory family's data: models per scale, batch sizes, caps and stated ratios.
+"""The memory family's data (``suites/memory``): models per scale, batch sizes, caps and
+stated ratios.
 
 Everything a check compares against is here as data, with where its number came from.
 Ratios and gains were measured with the CPU tracker (torch 2.13, x86-64 avx512; the
@@ -13,14 +14,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-import pytest
 import torch
 
 from harness import models
 
 
 @dataclasses.dataclass(frozen=True)
-class ModelCase:
+class MemoryModel:
     """One model of the family at one scale."""
 
     name: str
@@ -40,24 +40,25 @@ class ModelCase:
 # maxima hold on both paths; a checkpoint that keeps its activations is ~1.0 either way.
 CASES = {
     "small": {
-        "mlp": ModelCase("mlp", lambda: models.DeepMLP(width=128, depth=8, in_features=128,
-                                                  dropout=0.1),
-                    (128,), 256, {"non_reentrant": 0.60, "reentrant": 0.70}),
-        "cnn": ModelCase("cnn", lambda: models.SimpleCNN(dropout=0.5), (3, 32, 32), 32,
-                    {"non_reentrant": 0.93, "reentrant": 0.985}),
-        "resnet": ModelCase("resnet", lambda: models.resnet("small"), (3, 32, 32), 16,
-                       {"non_reentrant": 0.86, "reentrant": 0.86}),
+        "mlp": MemoryModel("mlp", lambda: models.DeepMLP(width=128, depth=8, in_features=128,
+                                                         dropout=0.1),
+                           (128,), 256, {"non_reentrant": 0.60, "reentrant": 0.70}),
+        "cnn": MemoryModel("cnn", lambda: models.SimpleCNN(dropout=0.5), (3, 32, 32), 32,
+                           {"non_reentrant": 0.93, "reentrant": 0.985}),
+        "resnet": MemoryModel("resnet", lambda: models.resnet("small"), (3, 32, 32), 16,
+                              {"non_reentrant": 0.86, "reentrant": 0.86}),
     },
     "full": {
-        "mlp": ModelCase("mlp", lambda: models.DeepMLP(width=1024, depth=16, in_features=1024,
-                                                  dropout=0.1),
-                    (1024,), 1024, {"non_reentrant": 0.60, "reentrant": 0.70}),
-        "cnn": ModelCase("cnn", lambda: models.SimpleCNN(dropout=0.5), (3, 32, 32), 256,
-                    {"non_reentrant": 0.93, "reentrant": 0.985}),
-        "resnet": ModelCase("resnet", lambda: models.resnet("full"), (3, 32, 32), 128,
-                       {"non_reentrant": 0.80, "reentrant": 0.80}),
+        "mlp": MemoryModel("mlp", lambda: models.DeepMLP(width=1024, depth=16,
+                                                         in_features=1024, dropout=0.1),
+                           (1024,), 1024, {"non_reentrant": 0.60, "reentrant": 0.70}),
+        "cnn": MemoryModel("cnn", lambda: models.SimpleCNN(dropout=0.5), (3, 32, 32), 256,
+                           {"non_reentrant": 0.93, "reentrant": 0.985}),
+        "resnet": MemoryModel("resnet", lambda: models.resnet("full"), (3, 32, 32), 128,
+                              {"non_reentrant": 0.80, "reentrant": 0.80}),
     },
 }
+"""Training scale -> model name -> :class:`MemoryModel`."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,9 +90,11 @@ THRESHOLDS = {
         "resnet": ThresholdCase("resnet", cap=4 << 30, start=16, ref_batch=64, min_gain=1.15),
     },
 }
+"""Training scale -> model name -> :class:`ThresholdCase`."""
+
 
 @dataclasses.dataclass(frozen=True)
-class Limits:
+class MemoryLimits:
     """Leak and recovery settings, by meter backend where the tracker is exact."""
 
     # live bytes may grow by at most this much per step after the warm-up: the tracker
@@ -109,25 +112,5 @@ class Limits:
         default_factory=lambda: {"cpu": torch.bfloat16, "default": torch.float16})
 
 
-LIMITS = {"small": Limits(), "full": Limits(leak_batch=512)}
-
-
-@pytest.fixture(scope="session")
-def cases(settings) -> dict[str, ModelCase]:
-    return CASES[settings.training_scale]
-
-
-@pytest.fixture(scope="session")
-def thresholds(settings) -> dict[str, ThresholdCase]:
-    return THRESHOLDS[settings.training_scale]
-
-
-@pytest.fixture(scope="session")
-def memory_limits(settings) -> Limits:
-    return LIMITS[settings.training_scale]
-
-
-@pytest.fixture(scope="session")
-def memory_cache() -> dict:
-    """Measurements shared by several checks of one session (each computed once)."""
-    return {}
+LIMITS = {"small": MemoryLimits(), "full": MemoryLimits(leak_batch=512)}
+"""Training scale -> :class:`MemoryLimits`."""
