@@ -1,12 +1,13 @@
 """Layer-by-layer agreement of the reference models, DUT vs CPU fp32 (the divergence
-finder of :mod:`harness.localize` run as a check), and a self-test of the finder: a
+finder of :mod:`harness.training.localize` run as a check), and a self-test of the finder: a
 deliberately perturbed layer on the DUT must be the one it names."""
 
 import pytest
 import torch
 
-from harness import data, localize, training
+from harness import data, training
 from harness.results import equal, lower
+from harness.training import localize
 
 MODELS = ["simplecnn", "resnet", "transformer"]
 DTYPES = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}

@@ -13,8 +13,9 @@ import torch
 from torch import nn
 
 from harness import dtypes as dt
-from harness import localize, training
+from harness import training
 from harness.results import equal, lower
+from harness.training import localize
 
 C = 6
 EPS = 1e-5
