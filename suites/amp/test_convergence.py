@@ -73,6 +73,6 @@ def test_amp_convergence(device, results, settings, amp_dtype):
         if not ok and report is None:
             report = localize.safe_report_text(spec.model, device, amp_dtype=amp_dtype,
                                                seed=spec.seed, scale=spec.scale)
-            message = f"{message}\n{results.reproduce}\n{report}"
-        results.record(f"{base}/{criterion}", status="pass" if ok else "fail",
-                       metrics=metrics, rules=rules, message=message, info=info)
+            message = f"{message}\n{report}"
+        results.check(f"{base}/{criterion}", ok, message, metrics=metrics, rules=rules,
+                      info=info)
