@@ -152,7 +152,7 @@ class _DeviceThatKnowsItsOOMs:
     type = "npu"
 
     def is_out_of_memory(self, exc):
-        return isinstance(exc, torch.OutOfMemoryError) or (
+        return isinstance(exc, memory.TORCH_OOM) or (
             type(exc) is RuntimeError and str(exc).startswith("NPU out of memory"))
 
 
@@ -168,8 +168,8 @@ def test_is_out_of_memory_asks_the_device_where_it_can():
 def test_is_out_of_memory_falls_back_to_the_devices_oom_class():
     """A Device without ``is_out_of_memory`` (before harness/device.py's OOM rows): the
     class test. Drop this with the fallback in harness/memory/oom.py."""
-    old_style = types.SimpleNamespace(type="cpu", oom_error=torch.OutOfMemoryError)
-    assert memory.is_out_of_memory(old_style, torch.OutOfMemoryError("synthetic"))
+    old_style = types.SimpleNamespace(type="cpu", oom_error=memory.TORCH_OOM)
+    assert memory.is_out_of_memory(old_style, memory.TORCH_OOM("synthetic"))
     assert not memory.is_out_of_memory(old_style, RuntimeError("NPU out of memory."))
 
 
