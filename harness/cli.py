@@ -369,7 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_arguments(model)
     model.set_defaults(func=_cmd_model)
 
-    # dispatched in main() to harness.localize's own parser; listed here for --help
+    # dispatched in main() to harness.training.localize's own parser; listed here for --help
     sub.add_parser("localize", help="Find the first layer where DUT and CPU diverge "
                    "(python -m harness localize --help)")
     return parser
@@ -378,7 +378,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "localize":  # its own parser: options may come first
-        from harness import localize
+        from harness.training import localize
 
         return int(localize.main(argv[1:]) or 0)
     parser = build_parser()

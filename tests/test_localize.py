@@ -4,7 +4,8 @@ import pytest
 import torch
 from torch import nn
 
-from harness import data, faults, localize, training
+from harness import data, faults, training
+from harness.training import localize
 
 
 def _report(cpu, model="simplecnn", **kwargs):

@@ -1,6 +1,8 @@
 """harness.memory: the CPU tracker against analytic peaks, saved-tensor agreement, caps,
 faults stacked on the tracker, and the meter on a faked accelerator's allocator stats."""
 
+import types
+
 import pytest
 import torch
 
@@ -8,10 +10,6 @@ from harness import faults, memory, models
 from harness.device import Device
 
 F32 = 4
-
-
-
-
 
 
 # ------------------------------------------------------------ analytic peaks (exact)
@@ -138,13 +136,57 @@ def test_max_batch_search_doubles_then_bisects():
             raise torch.OutOfMemoryError("synthetic")
         return batch * per_sample
 
-    found = memory.max_batch_under_cap(attempt, oom_error=torch.OutOfMemoryError, start=4)
+    found = memory.max_batch_under_cap(attempt, device=Device("cpu"), start=4)
     assert found.max_batch == cap // per_sample == 270
     assert found.probes[:8] == [4, 8, 16, 32, 64, 128, 256, 512]
     assert found.failed[0] == 512 and not found.hit_limit
-    coarse = memory.max_batch_under_cap(attempt, oom_error=torch.OutOfMemoryError, start=4,
+    coarse = memory.max_batch_under_cap(attempt, device=Device("cpu"), start=4,
                                         resolution=1 / 16)
     assert 256 <= coarse.max_batch <= 270 and len(coarse.probes) < len(found.probes)
+
+
+class _DeviceThatKnowsItsOOMs:
+    """A device with ``is_out_of_memory`` (as harness/device.py's OOM rows give one):
+    older torch_npu raises a plain RuntimeError for an out-of-memory."""
+
+    type = "npu"
+
+    def is_out_of_memory(self, exc):
+        return isinstance(exc, memory.TORCH_OOM) or (
+            type(exc) is RuntimeError and str(exc).startswith("NPU out of memory"))
+
+
+def test_is_out_of_memory_asks_the_device_where_it_can():
+    npu_style = RuntimeError("NPU out of memory. Tried to allocate 2.00 MiB")
+    assert memory.is_out_of_memory(_DeviceThatKnowsItsOOMs(), npu_style)
+    assert not memory.is_out_of_memory(_DeviceThatKnowsItsOOMs(), RuntimeError("shape"))
+    cpu = Device("cpu")  # with or without Device.is_out_of_memory: a tracker cap is an OOM
+    assert memory.is_out_of_memory(cpu, memory.oom_error(cpu)("harness tracker: cap"))
+    assert not memory.is_out_of_memory(cpu, RuntimeError("shape mismatch"))
+
+
+def test_is_out_of_memory_falls_back_to_the_devices_oom_class():
+    """A Device without ``is_out_of_memory`` (before harness/device.py's OOM rows): the
+    class test. Drop this with the fallback in harness/memory/oom.py."""
+    old_style = types.SimpleNamespace(type="cpu", oom_error=memory.TORCH_OOM)
+    assert memory.is_out_of_memory(old_style, memory.TORCH_OOM("synthetic"))
+    assert not memory.is_out_of_memory(old_style, RuntimeError("NPU out of memory."))
+
+
+def test_max_batch_search_stops_at_what_the_device_calls_an_oom():
+    def attempt(batch):
+        if batch > 20:
+            raise RuntimeError("NPU out of memory. Tried to allocate 2.00 MiB")
+        return batch
+
+    found = memory.max_batch_under_cap(attempt, device=_DeviceThatKnowsItsOOMs(), start=4)
+    assert found.max_batch == 20 and found.failed[0] == 32
+
+    def broken(batch):
+        raise RuntimeError("not an out-of-memory")
+
+    with pytest.raises(RuntimeError, match="not an out-of-memory"):
+        memory.max_batch_under_cap(broken, device=_DeviceThatKnowsItsOOMs(), start=4)
 
 
 # ------------------------------------------------------------ faults and mode order

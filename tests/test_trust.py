@@ -287,7 +287,7 @@ def test_bad_input_is_a_usage_error_naming_cause_and_fix(demo, args, message):
     (["--rel", "-1"], "*--rel: '-1' must be > 0*"),
 ])
 def test_localize_refuses_bad_numbers(args, message, capsys):
-    from harness import localize
+    from harness.training import localize
 
     with pytest.raises(SystemExit) as exc:
         localize.main(["--model", "tinycnn", *args])

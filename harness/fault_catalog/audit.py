@@ -133,7 +133,7 @@ NOT_NUMERIC: dict[str, str] = {
         "a sample alone vs in its batch, both on the DUT",
     "suites/amp/test_convergence.py": "minutes of training on a CPU; its reference is "
                                       "training.reference(), a dut=False run outside the "
-                                      "scope (read in harness/training.py)",
+                                      "scope (read in harness/training/loop.py)",
     "suites/amp/test_autocast.py::test_autocast_policy": "88 op x dtype cases; the same code "
                                                          "path as the nested-autocast check",
     "suites/optim/test_optimizer_state.py::test_fp32_state_under_amp[rmsprop-fused":

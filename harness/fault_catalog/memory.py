@@ -8,7 +8,7 @@
 - ``memory.mm_hidden_workspace``: ``aten.mm`` allocates (and writes) a workspace 16x its
   output for the op's duration: a kernel whose workspace grew in an upgrade. The CPU
   tracker sees it because it sits below the fault's mode (Note [Mode order] in
-  :mod:`harness.memory`); allocators see it anyway.
+  :mod:`harness.memory.meter`); allocators see it anyway.
 """
 
 from __future__ import annotations

@@ -97,14 +97,14 @@ def test_autocast_policy(device, results, amp, op, inp):
     err = float((out.cpu().double() - ref).abs().max() / ref.abs().max().clamp_min(1e-12))
     finite = bool(torch.isfinite(out).all())
     ok = got == want and finite and err < 0.05
-    results.record(
-        f"amp/autocast_policy/{amp}/{op}/in={inp}", status="pass" if ok else "fail",
+    results.check(
+        f"amp/autocast_policy/{amp}/{op}/in={inp}", ok=ok,
         metrics={"out_dtype": got, "scaled_max_err": err},
         rules={"out_dtype": equal(), "scaled_max_err": lower(rel=4.0, abs=1e-3)},
         info={"policy": policy, "expected": want},
         message=f"autocast({amp}) {op} on a {inp} input returned {got}, the {device.type} "
                 f"policy says {want} (class {policy!r}, Note [Autocast policy by device "
-                f"type]); max err / max |ref| vs fp64 {err:.3g}, finite {finite}\n{results.reproduce}")
+                f"type]); max err / max |ref| vs fp64 {err:.3g}, finite {finite}")
 
 
 @pytest.mark.parametrize("amp", list(AMP_DTYPES))
@@ -133,8 +133,8 @@ def test_nested_autocast_disabled_computes_fp32(device, results, amp):
     names = {k: dt.name(v) for k, v in dtypes.items()}
     ok = (dtypes["hidden"] == amp_dtype and dtypes["inner"] == torch.float32
           and dtypes["probs"] == torch.float32 and dtypes["after"] == amp_dtype and err < allowed)
-    results.record(
-        f"amp/autocast_nested_disabled/{amp}", status="pass" if ok else "fail",
+    results.check(
+        f"amp/autocast_nested_disabled/{amp}", ok=ok,
         metrics={"inner_dtype": names["inner"], "inner_rel_err": err,
                  "outer_dtype": names["after"]},
         rules={"inner_dtype": equal(), "outer_dtype": equal(),
@@ -142,5 +142,4 @@ def test_nested_autocast_disabled_computes_fp32(device, results, amp):
         info=names,
         message=f"nested autocast(enabled=False) inside autocast({amp}): dtypes {names} "
                 f"(expected hidden/after {amp}, inner/probs float32); inner error vs fp64 "
-                f"relative to sum|a_i b_i| {err:.3g} (allowed {allowed:.3g})\n"
-                f"{results.reproduce}")
+                f"relative to sum|a_i b_i| {err:.3g} (allowed {allowed:.3g})")

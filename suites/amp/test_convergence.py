@@ -3,15 +3,16 @@ from the same initial weights and data order, on the CPU in fp32; compare the ru
 
 Each criterion is its own record with a rule, so baselines catch slow drift as well as
 outright failure. The loss curves travel in ``info``. A failing record's message ends with
-the divergence finder's report (:mod:`harness.localize`) on the model's first batch.
+the divergence finder's report (:mod:`harness.training.localize`) on the model's first batch.
 """
 
 import pytest
 import torch
 
 from harness import dtypes as dt
-from harness import localize, training
+from harness import training
 from harness.results import higher, lower
+from harness.training import localize
 
 AMP_DTYPES = [torch.float16, torch.bfloat16]
 
@@ -72,6 +73,6 @@ def test_amp_convergence(device, results, settings, amp_dtype):
         if not ok and report is None:
             report = localize.safe_report_text(spec.model, device, amp_dtype=amp_dtype,
                                                seed=spec.seed, scale=spec.scale)
-            message = f"{message}\n{results.reproduce}\n{report}"
-        results.record(f"{base}/{criterion}", status="pass" if ok else "fail",
-                       metrics=metrics, rules=rules, message=message, info=info)
+            message = f"{message}\n{report}"
+        results.check(f"{base}/{criterion}", ok, message, metrics=metrics, rules=rules,
+                      info=info)

@@ -9,8 +9,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harness import localize, training
+from harness import training
 from harness.results import equal, lower
+from harness.training import localize
 
 
 def _linear_problem(device, seed: int = 0):
@@ -61,8 +62,8 @@ def test_classic_scale_sequence(device, results):
                 INIT * GROWTH ** 3 * BACKOFF]
     skipped = [i for i, change in enumerate(changes) if change == 0.0]
     ok = scales == expected and skipped == [INF_STEP]
-    results.record(
-        "amp/grad_scaler/float16/classic_sequence", status="pass" if ok else "fail",
+    results.check(
+        "amp/grad_scaler/float16/classic_sequence", ok=ok,
         metrics={"final_scale": scales[-1], "skipped_steps": len(skipped),
                  "inf_step_param_change": changes[INF_STEP]},
         rules={"final_scale": equal(), "skipped_steps": equal(),
@@ -71,7 +72,7 @@ def test_classic_scale_sequence(device, results):
         message=f"GradScaler sequence: scales {scales}, expected {expected} "
                 f"(init 128, growth 2, backoff 0.5, interval 1, inf at step {INF_STEP}); "
                 f"steps that left the parameters unchanged: {skipped}, expected "
-                f"[{INF_STEP}]\n{results.reproduce}")
+                f"[{INF_STEP}]")
 
 
 def test_unscale_then_clip(device, results):
@@ -105,8 +106,8 @@ def test_unscale_then_clip(device, results):
                     zip(_params(ref), _params(_linear_problem(device, seed=1)[0])))
     rel_param_err = param_err / step_size
     ok = norm_err <= 1e-2 and clipped <= max_norm * (1 + 1e-3) and rel_param_err <= 2e-2
-    results.record(
-        "amp/grad_scaler/float16/unscale_then_clip", status="pass" if ok else "fail",
+    results.check(
+        "amp/grad_scaler/float16/unscale_then_clip", ok=ok,
         metrics={"norm_rel_err": norm_err, "clipped_norm_over_max": clipped / max_norm,
                  "step_rel_err": rel_param_err},
         rules={"norm_rel_err": lower(rel=4.0, abs=1e-3),
@@ -116,7 +117,7 @@ def test_unscale_then_clip(device, results):
         message=f"unscale_ + clip_grad_norm_: norm {norm:.6g} vs reference {ref_norm:.6g} "
                 f"(rel err {norm_err:.3g}, allowed 1e-2); clipped norm {clipped:.6g} vs "
                 f"max_norm {max_norm:.6g}; step rel err {rel_param_err:.3g} (allowed 2e-2; "
-                f"a second unscale in step() shows here)\n{results.reproduce}")
+                f"a second unscale in step() shows here)")
 
 
 def _scaler_steps(device, scaler, model, opt, x, y, steps, inf_at=()):
@@ -158,13 +159,13 @@ def test_state_dict_round_trip(device, results):
         b = _scaler_steps(device, restored, twin, twin_opt, x, y, 4, inf_at=(2,))
     diverging = sum(u != v for u, v in zip(a, b))
     ok = not mismatched and diverging == 0
-    results.record(
-        "amp/grad_scaler/float16/state_dict_round_trip", status="pass" if ok else "fail",
+    results.check(
+        "amp/grad_scaler/float16/state_dict_round_trip", ok=ok,
         metrics={"mismatched_keys": len(mismatched), "diverging_scales": diverging},
         rules={"mismatched_keys": equal(), "diverging_scales": equal()},
         info={"state": {k: float(v) for k, v in state.items()}, "original": a, "restored": b},
         message=f"GradScaler state_dict round trip: keys differing after load {mismatched}; "
-                f"scales after 4 more steps: original {a}, restored {b}\n{results.reproduce}")
+                f"scales after 4 more steps: original {a}, restored {b}")
 
 
 INIT_SCALES = [2 ** 7, 2 ** 10, 2 ** 16, 2 ** 24]
@@ -183,9 +184,9 @@ def test_overflow_skip_rate(device, results, settings, init_scale):
     ok = skipped <= steps // 2 and math.isfinite(run.losses[-1])
     report = "" if ok else "\n" + localize.safe_report_text(
         spec.model, device, amp_dtype=torch.float16, seed=spec.seed, scale=spec.scale)
-    results.record(
+    results.check(
         f"amp/grad_scaler/float16/skip_rate/{spec.model}-{spec.scale}/"
-        f"init=2^{int(math.log2(init_scale))}", status="pass" if ok else "fail",
+        f"init=2^{int(math.log2(init_scale))}", ok=ok,
         metrics={"skipped_steps": skipped, "skip_rate": skipped / steps,
                  "log2_final_scale": math.log2(final) if final > 0 else float("nan")},
         rules={"skipped_steps": lower(rel=1.5, abs=2), "log2_final_scale": equal(abs=2)},
@@ -193,4 +194,4 @@ def test_overflow_skip_rate(device, results, settings, init_scale):
         message=f"init_scale 2^{int(math.log2(init_scale))}: {skipped} of {steps} steps "
                 f"skipped (more than half), final scale {final}, last loss "
                 f"{run.losses[-1]:.4g}; a scaler that never backs off keeps skipping"
-                f"\n{results.reproduce}{report}")
+                f"{report}")

@@ -1,12 +1,13 @@
 """Layer-by-layer agreement of the reference models, DUT vs CPU fp32 (the divergence
-finder of :mod:`harness.localize` run as a check), and a self-test of the finder: a
+finder of :mod:`harness.training.localize` run as a check), and a self-test of the finder: a
 deliberately perturbed layer on the DUT must be the one it names."""
 
 import pytest
 import torch
 
-from harness import data, localize, training
+from harness import data, training
 from harness.results import equal, lower
+from harness.training import localize
 
 MODELS = ["simplecnn", "resnet", "transformer"]
 DTYPES = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -18,9 +19,8 @@ def test_layers_agree(device, results, settings, model, dtype):
     report = localize.report_for(model, device, amp_dtype=DTYPES[dtype], seed=settings.seed,
                                  scale=settings.training_scale, batch_size=8)
     first = report.first
-    results.record(
-        f"amp/layer_agreement/{dtype}/{model}-{settings.training_scale}",
-        status="pass" if report.ok else "fail",
+    results.check(
+        f"amp/layer_agreement/{dtype}/{model}-{settings.training_scale}", ok=report.ok,
         metrics={"first_divergent_layer": first.name if first else "none",
                  "worst_rel_err": report.worst_rel_err,
                  "layers": len(report.forward)},
@@ -28,8 +28,7 @@ def test_layers_agree(device, results, settings, model, dtype):
                "worst_rel_err": lower(rel=4.0, abs=report.tolerance.rel / 10)},
         info={"first_forward": report.first_forward.name if report.first_forward else None,
               "first_backward": report.first_backward.name if report.first_backward else None},
-        message=f"{model} ({dtype}) leaves tolerance on {device.type}\n{results.reproduce}\n"
-                f"{report.text()}")
+        message=f"{model} ({dtype}) leaves tolerance on {device.type}\n{report.text()}")
 
 
 def test_finder_names_a_perturbed_layer(device, results, settings):
@@ -46,9 +45,8 @@ def test_finder_names_a_perturbed_layer(device, results, settings):
     report = localize.localize(factory, data.one_batch(8, settings.seed), device,
                                seed=settings.seed, model_name="simplecnn", dut_model=dut_model)
     named = report.first.name if report.first else "none"
-    results.record(
-        "amp/layer_agreement/float32/simplecnn/finder_selftest",
-        status="pass" if named == "conv2" else "fail",
+    results.check(
+        "amp/layer_agreement/float32/simplecnn/finder_selftest", ok=named == "conv2",
         metrics={"named_layer": named}, rules={"named_layer": equal()},
         message=f"the divergence finder named {named!r}, expected 'conv2' (perturbed on "
-                f"purpose)\n{results.reproduce}\n{report.text()}")
+                f"purpose)\n{report.text()}")

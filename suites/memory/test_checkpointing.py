@@ -2,9 +2,9 @@
 
 For each model (deep MLP, SimpleCNN, ResNet) and each ``torch.utils.checkpoint`` mode
 (non-reentrant, reentrant): the checkpointed step's peak must be at most the stated
-ratio (``conftest.CASES``) of the plain step's, and its gradients must equal the plain
-step's (bitwise on CPU, within tolerance elsewhere), dropout included: the checkpoint
-restores the RNG state before recomputing, so the masks match.
+ratio (:data:`harness.memory.cases.CASES`) of the plain step's, and its gradients must
+equal the plain step's (bitwise on CPU, within tolerance elsewhere), dropout included:
+the checkpoint restores the RNG state before recomputing, so the masks match.
 """
 
 from __future__ import annotations
@@ -54,13 +54,13 @@ def grad_mismatch(device, plain: dict, other: dict) -> tuple[int, float, list[st
 def test_plain_step_peak(device, results, cases, memory_cache, model_name):
     case = cases[model_name]
     plain, _ = plain_and(device, case, "none", memory_cache)
-    results.record(f"memory/checkpoint/{model_name}/float32/none",
-                   status="pass" if plain.peak > 0 and plain.grads else "fail",
-                   metrics={"peak_bytes": plain.peak},
-                   rules={"peak_bytes": lower(rel=1.05, abs=4096, severity="regression")},
-                   info={"batch": case.batch, "loss": plain.loss},
-                   message=f"plain step of {model_name} measured no memory "
-                           f"(peak {plain.peak}) or produced no gradients\n{results.reproduce}")
+    results.check(f"memory/checkpoint/{model_name}/float32/none",
+                  plain.peak > 0 and bool(plain.grads),
+                  f"plain step of {model_name} measured no memory (peak {plain.peak}) or "
+                  "produced no gradients",
+                  metrics={"peak_bytes": plain.peak},
+                  rules={"peak_bytes": lower(rel=1.05, abs=4096, severity="regression")},
+                  info={"batch": case.batch, "loss": plain.loss})
 
 
 @pytest.mark.memory
@@ -84,17 +84,15 @@ def test_checkpoint_saving(device, results, cases, memory_cache, model_name, mod
                         + (f", parameters without a gradient in one of them: {missing}"
                            if missing else "")
                         + " (dropout masks not restored on recomputation?)")
-    results.record(
-        f"memory/checkpoint/{model_name}/float32/{mode}",
-        status="fail" if problems else "pass",
+    results.check(
+        f"memory/checkpoint/{model_name}/float32/{mode}", not problems,
+        f"{model_name} ({device.type}, float32, batch {case.batch}): " + "; ".join(problems),
         metrics={"peak_bytes": ckpt.peak, "ratio": ratio, "grad_mismatch": mismatched},
         rules={"peak_bytes": lower(rel=1.05, abs=4096, severity="regression"),
                "ratio": lower(rel=1.05, abs=0.01),
                "grad_mismatch": lower(rel=1.0, abs=0)},
         info={"batch": case.batch, "plain_peak_bytes": plain.peak, "stated_max_ratio": stated,
-              "loss": ckpt.loss, "plain_loss": plain.loss, "grad_max_abs_diff": worst},
-        message=f"{model_name} ({device.type}, float32, batch {case.batch}): "
-                + "; ".join(problems) + f"\n{results.reproduce}")
+              "loss": ckpt.loss, "plain_loss": plain.loss, "grad_max_abs_diff": worst})
 
 
 @pytest.mark.memory
@@ -116,11 +114,8 @@ def test_checkpoint_restores_dropout_rng(device, results, cases):
                                 checkpoint="none", seed=STEP_SEED + 1)
     same, _, _ = grad_mismatch(device, plain.grads, ckpt.grads)
     control, _, _ = grad_mismatch(device, plain.grads, other.grads)
-    ok = same == 0 and control > 0
-    results.record("memory/checkpoint/mlp/float32/dropout_rng",
-                   status="pass" if ok else "fail",
-                   metrics={"grad_mismatch": same, "control_mismatch_nonzero": control > 0},
-                   rules={"grad_mismatch": lower(rel=1.0, abs=0)},
-                   message=f"checkpointed dropout: {same} gradient elements differ from the "
-                           f"plain step (want 0); another seed's masks change {control} "
-                           f"(want > 0)\n{results.reproduce}")
+    results.check("memory/checkpoint/mlp/float32/dropout_rng", same == 0 and control > 0,
+                  f"checkpointed dropout: {same} gradient elements differ from the plain "
+                  f"step (want 0); another seed's masks change {control} (want > 0)",
+                  metrics={"grad_mismatch": same, "control_mismatch_nonzero": control > 0},
+                  rules={"grad_mismatch": lower(rel=1.0, abs=0)})

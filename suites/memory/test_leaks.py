@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness import memory
+from harness import dtypes, memory
 from harness.results import lower
 
 KINDS = ("plain", "amp", "checkpoint")
@@ -47,11 +47,10 @@ def test_no_leak_per_step(device, results, cases, memory_limits, kind):
                         f"{profile.levels}")
     if not finite:
         problems.append(f"non-finite losses: {losses}")
-    results.record(
-        f"memory/leak/{case.name}/{'float32' if kind != 'amp' else str(amp)[6:]}/{kind}",
-        status="fail" if problems else "pass",
+    results.check(
+        f"memory/leak/{case.name}/{'float32' if kind != 'amp' else dtypes.name(amp)}/{kind}",
+        not problems,
+        f"{kind} step leaks: " + "; ".join(problems) + f"\nmemory summary:\n{profile.summary}",
         metrics={"growth_per_step": growth},
         rules={"growth_per_step": lower(rel=1.0, abs=max(tolerance, 1))},
-        info={"levels": profile.levels, "backend": backend, "losses": losses},
-        message=f"{kind} step leaks: " + "; ".join(problems)
-                + f"\nmemory summary:\n{profile.summary}\n{results.reproduce}")
+        info={"levels": profile.levels, "backend": backend, "losses": losses})

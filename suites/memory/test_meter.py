@@ -31,15 +31,14 @@ def test_meter_matches_analytic_peak(device, results):
     expected = (3 * mib, 5 * mib // 2, 0)
     slack = ROUNDING[meter.backend] * 3
     errors = [abs(got - want) for got, want in zip((peak, current, after), expected)]
-    results.record(
-        "memory/meter/float32/analytic", status="pass" if max(errors) <= slack else "fail",
+    results.check(
+        "memory/meter/float32/analytic", max(errors) <= slack,
+        f"{meter.backend} meter: (peak, live, live after free) = {(peak, current, after)}, "
+        f"expected {expected} (allowed {slack} bytes off)",
         metrics={"abs_error_bytes": max(errors)},
         rules={"abs_error_bytes": lower(rel=1.0, abs=slack)},
         info={"backend": meter.backend, "measured": [peak, current, after],
-              "expected": list(expected)},
-        message=f"{meter.backend} meter: (peak, live, live after free) = "
-                f"{(peak, current, after)}, expected {expected} (allowed {slack} bytes off)"
-                f"\n{results.reproduce}")
+              "expected": list(expected)})
 
 
 @pytest.mark.memory
@@ -63,14 +62,13 @@ def test_meter_agrees_with_saved_tensors_hooks(device, results):
     del kept, loss
     diff = abs((graph_live - plain_live) - saved["bytes"])
     slack = ROUNDING[graph.backend] * saved["storages"]
-    ok = saved["bytes"] > 0 and diff <= slack
-    results.record(
-        "memory/meter/mlp/float32/saved_tensors", status="pass" if ok else "fail",
+    results.check(
+        "memory/meter/mlp/float32/saved_tensors", saved["bytes"] > 0 and diff <= slack,
+        f"{graph.backend} meter: the graph keeps {graph_live - plain_live} bytes, "
+        f"saved_tensors_hooks counts {saved['bytes']} in {saved['storages']} storages "
+        f"(allowed {slack} bytes off)",
         metrics={"abs_error_bytes": diff, "saved_bytes": saved["bytes"]},
         rules={"abs_error_bytes": lower(rel=1.0, abs=slack),
                "saved_bytes": lower(rel=1.05, abs=4096)},
         info={"backend": graph.backend, "live_with_graph": graph_live,
-              "live_without": plain_live, "saved_storages": saved["storages"]},
-        message=f"{graph.backend} meter: the graph keeps {graph_live - plain_live} bytes, "
-                f"saved_tensors_hooks counts {saved['bytes']} in {saved['storages']} "
-                f"storages (allowed {slack} bytes off)\n{results.reproduce}")
+              "live_without": plain_live, "saved_storages": saved["storages"]})

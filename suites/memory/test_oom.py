@@ -1,11 +1,12 @@
 """OOM thresholds and OOM recovery under a memory cap.
 
 Threshold: the largest batch whose training step completes under the cap
-(``conftest.THRESHOLDS``), found by doubling then bisection, with and without
-checkpointing; checkpointing must raise it by the stated factor, and a lower max batch
-or a higher peak than the baseline is a regression. On accelerators the cap is the
+(:data:`harness.memory.cases.THRESHOLDS`), found by doubling then bisection, with and
+without checkpointing; checkpointing must raise it by the stated factor, and a lower max
+batch or a higher peak than the baseline is a regression. On accelerators the cap is the
 allocator's own (``set_per_process_memory_fraction``) and the OOM is real; on CPU the
-cap applies to the tracker (harness/memory.py).
+cap applies to the tracker (harness/memory/tracker.py). What counts as an OOM is
+:func:`harness.memory.is_out_of_memory`'s answer for the device.
 
 Recovery: after an OOM the device still computes, live memory is back to its level
 before the attempt, and the next smaller batch trains with the same peak as before.
@@ -42,7 +43,7 @@ def search(device, case, threshold, mode, cache) -> memory.Threshold:
         return memory.measure_step(device, model, inputs, target, checkpoint=mode,
                                    seed=batch, cap=threshold.cap).peak
 
-    cache[key] = memory.max_batch_under_cap(attempt, oom_error=device.oom_error,
+    cache[key] = memory.max_batch_under_cap(attempt, device=device,
                                             start=threshold.start, limit=threshold.limit,
                                             resolution=threshold.resolution)
     return cache[key]
@@ -71,14 +72,14 @@ def test_max_batch_under_cap(device, results, cases, thresholds, memory_cache,
     if ref is not None:
         metrics[f"peak_bytes_b{threshold.ref_batch}"] = ref
         rules[f"peak_bytes_b{threshold.ref_batch}"] = lower(rel=1.05, abs=4096)
-    results.record(
-        f"memory/oom_threshold/{model_name}/float32/{mode}",
-        status="fail" if problems else "pass", metrics=metrics, rules=rules,
+    results.check(
+        f"memory/oom_threshold/{model_name}/float32/{mode}", not problems,
+        f"{model_name} {mode} under a {memory.fmt_bytes(threshold.cap)} cap: "
+        + "; ".join(problems),
+        metrics=metrics, rules=rules,
         info={"cap_bytes": threshold.cap, "peaks_by_batch": {str(b): p for b, p in
                                                              sorted(found.peaks.items())},
-              "oom_batches": found.failed, "probes": found.probes},
-        message=f"{model_name} {mode} under a {memory.fmt_bytes(threshold.cap)} cap: "
-                + "; ".join(problems) + f"\n{results.reproduce}")
+              "oom_batches": found.failed, "probes": found.probes})
 
 
 @pytest.mark.memory
@@ -89,16 +90,14 @@ def test_checkpointing_raises_max_batch(device, results, cases, thresholds, memo
     plain = search(device, case, threshold, "none", memory_cache)
     ckpt = search(device, case, threshold, mode, memory_cache)
     gain = ckpt.max_batch / max(plain.max_batch, 1)
-    results.record(
-        f"memory/oom_threshold/{model_name}/float32/{mode}_gain",
-        status="pass" if gain >= threshold.min_gain else "fail",
+    results.check(
+        f"memory/oom_threshold/{model_name}/float32/{mode}_gain", gain >= threshold.min_gain,
+        f"{model_name}: {mode} checkpointing raises the max batch under a "
+        f"{memory.fmt_bytes(threshold.cap)} cap only {gain:.2f}x "
+        f"({plain.max_batch} -> {ckpt.max_batch}); stated minimum {threshold.min_gain}x",
         metrics={"gain": gain}, rules={"gain": higher(rel=1.05, abs=0.02)},
         info={"max_batch_plain": plain.max_batch, "max_batch_checkpointed": ckpt.max_batch,
-              "stated_min_gain": threshold.min_gain, "cap_bytes": threshold.cap},
-        message=f"{model_name}: {mode} checkpointing raises the max batch under a "
-                f"{memory.fmt_bytes(threshold.cap)} cap only {gain:.2f}x "
-                f"({plain.max_batch} -> {ckpt.max_batch}); stated minimum "
-                f"{threshold.min_gain}x\n{results.reproduce}")
+              "stated_min_gain": threshold.min_gain, "cap_bytes": threshold.cap})
 
 
 @pytest.mark.memory
@@ -128,7 +127,9 @@ def test_oom_recovery(device, results, cases, thresholds, memory_limits):
             level_before = meter.current
             try:
                 peaks[batch] = step(batch)
-            except device.oom_error:
+            except Exception as exc:
+                if not memory.is_out_of_memory(device, exc):
+                    raise
                 failed_batch = batch
                 break
             batch *= 2
@@ -160,12 +161,10 @@ def test_oom_recovery(device, results, cases, thresholds, memory_limits):
             problems.append(f"batch {smaller} peaks at {smaller_peak} bytes after the OOM, "
                             f"{peaks[smaller]} before it")
     leftover = level_after - level_before
-    results.record(
-        "memory/oom_recovery/mlp/float32",
-        status="fail" if problems else "pass",
+    results.check(
+        "memory/oom_recovery/mlp/float32", not problems,
+        "OOM recovery: " + "; ".join(problems) + f"\n{meter.summary()}",
         metrics={"leftover_bytes": leftover},
         rules={"leftover_bytes": lower(rel=1.0, abs=tolerance)},
         info={"oom_batch": failed_batch, "peaks_by_batch": {str(b): p for b, p in peaks.items()},
-              "peak_after_recovery": smaller_peak, "cap_bytes": threshold.cap},
-        message="OOM recovery: " + "; ".join(problems)
-                + f"\n{meter.summary()}\n{results.reproduce}")
+              "peak_after_recovery": smaller_peak, "cap_bytes": threshold.cap})

@@ -13,8 +13,9 @@ import torch
 from torch import nn
 
 from harness import dtypes as dt
-from harness import localize, training
+from harness import training
 from harness.results import equal, lower
+from harness.training import localize
 
 C = 6
 EPS = 1e-5
@@ -55,9 +56,8 @@ def test_train_updates_running_stats(device, results, settings, momentum):
     mean_err, var_err = _rel(bn.running_mean, want_mean), _rel(bn.running_var, want_var)
     tracked = int(bn.num_batches_tracked)
     ok = mean_err <= STAT_LIMIT and var_err <= STAT_LIMIT and tracked == len(batches)
-    results.record(
-        f"norm/batchnorm2d/float32/train_running_stats/momentum={momentum}",
-        status="pass" if ok else "fail",
+    results.check(
+        f"norm/batchnorm2d/float32/train_running_stats/momentum={momentum}", ok=ok,
         metrics={"running_mean_rel_err": mean_err, "running_var_rel_err": var_err,
                  "num_batches_tracked": tracked},
         rules={"running_mean_rel_err": lower(rel=4.0, abs=1e-6),
@@ -66,7 +66,7 @@ def test_train_updates_running_stats(device, results, settings, momentum):
         message=f"BatchNorm2d(momentum={momentum}) after {len(batches)} train batches: "
                 f"running_mean rel err {mean_err:.3g}, running_var rel err {var_err:.3g} vs "
                 f"the fp64 formula with the UNBIASED variance (allowed {STAT_LIMIT:g}); "
-                f"num_batches_tracked {tracked}, expected {len(batches)}\n{results.reproduce}")
+                f"num_batches_tracked {tracked}, expected {len(batches)}")
 
 
 def _eval_bn(seed: int) -> nn.BatchNorm2d:
@@ -107,8 +107,8 @@ def test_eval_uses_running_stats(device, results, settings, dtype):
     passes_diff = float((first - second).abs().max())
     batch_diff = float((alone - first[[0, 7, 15]]).abs().max())
     ok = err <= 1e-5 and not changed and passes_diff == 0 and batch_diff <= 1e-6
-    results.record(
-        f"norm/batchnorm2d/{dtype}/eval_running_stats", status="pass" if ok else "fail",
+    results.check(
+        f"norm/batchnorm2d/{dtype}/eval_running_stats", ok=ok,
         metrics={"rel_err": err, "buffers_changed": len(changed), "two_pass_diff": passes_diff,
                  "batch_dependence": batch_diff},
         rules={"rel_err": lower(rel=4.0, abs=1e-6), "buffers_changed": equal(),
@@ -117,7 +117,7 @@ def test_eval_uses_running_stats(device, results, settings, dtype):
         message=f"BatchNorm2d eval: output rel err {err:.3g} vs (x - running_mean) / "
                 f"sqrt(running_var + eps) * w + b (allowed 1e-5); buffers changed: {changed}; "
                 f"two passes differ by {passes_diff:.3g}; a sample alone vs in its batch "
-                f"differs by {batch_diff:.3g}\n{results.reproduce}")
+                f"differs by {batch_diff:.3g}")
 
 
 def test_no_running_stats(device, results, settings):
@@ -138,15 +138,15 @@ def test_no_running_stats(device, results, settings):
     errs = {mode: _rel(out, want) for mode, out in outs.items()}
     buffers = [name for name, _ in bn.named_buffers()]
     ok = max(errs.values()) <= 1e-5 and not buffers and bn.running_mean is None
-    results.record(
-        "norm/batchnorm2d/float32/no_running_stats", status="pass" if ok else "fail",
+    results.check(
+        "norm/batchnorm2d/float32/no_running_stats", ok=ok,
         metrics={"train_rel_err": errs["train"], "eval_rel_err": errs["eval"],
                  "buffers": len(buffers)},
         rules={"train_rel_err": lower(rel=4.0, abs=1e-6), "eval_rel_err": lower(rel=4.0,
                                                                                  abs=1e-6),
                "buffers": equal()},
         message=f"BatchNorm2d(track_running_stats=False): rel err vs batch statistics "
-                f"{errs} (allowed 1e-5); buffers {buffers}\n{results.reproduce}")
+                f"{errs} (allowed 1e-5); buffers {buffers}")
 
 
 AMP = dt.AMP
@@ -177,8 +177,8 @@ def test_autocast_low_precision_input(device, results, settings, amp):
                    _rel(bn.running_var, ref_bn.running_var))
     limit = 2.0 ** -8 * 4 if amp_dtype == torch.bfloat16 else 2.0 ** -11 * 8
     ok = low_ok and fp32_kept and out_err <= limit and stat_err <= 1e-4
-    results.record(
-        f"norm/batchnorm2d/{amp}/autocast", status="pass" if ok else "fail",
+    results.check(
+        f"norm/batchnorm2d/{amp}/autocast", ok=ok,
         metrics={"out_dtype": dt.name(out.dtype), "out_rel_err": out_err,
                  "running_stats_rel_err": stat_err, "non_fp32_bn_tensors":
                  sum(v not in ("float32", "int64") for v in kept.values())},
@@ -188,8 +188,7 @@ def test_autocast_low_precision_input(device, results, settings, amp):
         info={"bn_dtypes": kept, "input_dtype": str(h.dtype)},
         message=f"BN under autocast({amp}): input {h.dtype} (expected {amp_dtype}), BN "
                 f"tensors {kept} (expected fp32); output rel err {out_err:.3g} (allowed "
-                f"{limit:.3g}), running stats rel err {stat_err:.3g} (allowed 1e-4)\n"
-                f"{results.reproduce}")
+                f"{limit:.3g}), running stats rel err {stat_err:.3g} (allowed 1e-4)")
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
@@ -203,11 +202,10 @@ def test_eval_matches_reference(device, results, settings, dtype):
     ref = _eval_formula(bn.cpu().double(), x.double())
     err = _rel(out, ref)
     limit = {"float32": 1e-5, "float16": 2.0 ** -10 * 4, "bfloat16": 2.0 ** -7 * 4}[dtype]
-    results.record(
-        f"norm/batchnorm2d/{dtype}/eval_vs_reference", status="pass" if err <= limit else "fail",
+    results.check(
+        f"norm/batchnorm2d/{dtype}/eval_vs_reference", ok=err <= limit,
         metrics={"rel_err": err}, rules={"rel_err": lower(rel=4.0, abs=limit / 10)},
-        message=f"BatchNorm2d eval in {dtype}: rel err {err:.3g} vs fp64 (allowed {limit:.3g})"
-                f"\n{results.reproduce}")
+        message=f"BatchNorm2d eval in {dtype}: rel err {err:.3g} vs fp64 (allowed {limit:.3g})")
 
 
 def test_model_eval_is_batch_independent(device, results, settings):
@@ -228,10 +226,10 @@ def test_model_eval_is_batch_independent(device, results, settings):
     diff = _rel(alone, full[[0, 5]])
     ok = diff <= 1e-5
     message = (f"SimpleCNN eval: logits of a sample alone vs in its batch differ by {diff:.3g} "
-               f"(relative; allowed 1e-5)\n{results.reproduce}")
+               "(relative; allowed 1e-5)")
     if not ok:
         message += "\n" + localize.safe_report_text("simplecnn", device, seed=settings.seed,
                                                     train=False)
-    results.record("norm/simplecnn/float32/eval_batch_independence",
-                   status="pass" if ok else "fail", metrics={"batch_dependence": diff},
-                   rules={"batch_dependence": lower(rel=4.0, abs=1e-6)}, message=message)
+    results.check("norm/simplecnn/float32/eval_batch_independence", ok, message,
+                  metrics={"batch_dependence": diff},
+                  rules={"batch_dependence": lower(rel=4.0, abs=1e-6)})

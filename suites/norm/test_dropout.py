@@ -34,8 +34,8 @@ def test_dropout_train_scales_kept(device, results, dtype, p):
     mean = float(out.mean())
     eval_identity = bool(torch.equal(eval_out, x))
     ok = scale_err == 0 and module_err == 0 and drop_z <= 5 and eval_identity
-    results.record(
-        f"norm/dropout/{dtype}/p={p}", status="pass" if ok else "fail",
+    results.check(
+        f"norm/dropout/{dtype}/p={p}", ok=ok,
         metrics={"kept_scale_err": max(scale_err, module_err), "dropped_fraction": dropped,
                  "mean": mean, "eval_identity": eval_identity},
         rules={"kept_scale_err": equal(), "eval_identity": equal(),
@@ -44,4 +44,4 @@ def test_dropout_train_scales_kept(device, results, dtype, p):
         message=f"dropout(p={p}, {dtype}) train: kept values off 1/(1-p)={scale:g} by "
                 f"{max(scale_err, module_err):.3g} (relative; must be 0), dropped fraction "
                 f"{dropped:.4f} ({drop_z:.1f} sigma from p), mean {mean:.4f} (expected 1); "
-                f"eval identity {eval_identity}\n{results.reproduce}")
+                f"eval identity {eval_identity}")

@@ -128,8 +128,8 @@ def test_fp32_state_under_amp(device, results, settings, name, variant, amp):
     dtypes, wrong, nonfinite, misplaced = _state_summary(opt, params)
     dtype_text = ",".join(f"{k}:{v}" for k, v in sorted(dtypes.items()))
     state_ok = wrong == 0 and nonfinite == 0 and misplaced == 0 and bool(dtypes or name == "sgd")
-    results.record(
-        f"{base}/state", status="pass" if state_ok else "fail",
+    results.check(
+        f"{base}/state", ok=state_ok,
         metrics={"state_dtypes": dtype_text, "non_fp32_state": wrong,
                  "nonfinite_state": nonfinite, "misplaced_state": misplaced},
         rules={"state_dtypes": equal(), "non_fp32_state": equal(),
@@ -137,21 +137,20 @@ def test_fp32_state_under_amp(device, results, settings, name, variant, amp):
         message=f"{name} ({variant}) after {steps} steps under autocast({amp}) with fp32 "
                 f"params: state dtypes {dtype_text}; {wrong} state tensors not fp32, "
                 f"{nonfinite} non-finite values, {misplaced} state tensors off the params' "
-                f"device\n{results.reproduce}")
+                "device")
     change = max(float((r.detach() - s).abs().max()) for r, s in zip(ref_params, start))
     err = max(float((p.detach().cpu().double() - r.detach()).abs().max())
               for p, r in zip(params, ref_params))
     rel = err / max(change, 1e-30)
-    results.record(
-        f"{base}/params", status="pass" if rel <= PARAM_LIMIT and skipped < steps else "fail",
+    results.check(
+        f"{base}/params", ok=rel <= PARAM_LIMIT and skipped < steps,
         metrics={"rel_update_err": rel, "skipped_steps": skipped},
         rules={"rel_update_err": lower(rel=4.0, abs=PARAM_LIMIT / 10),
                "skipped_steps": equal(abs=1)},
         info={"max_abs_err": err, "max_update": change, "steps": steps},
         message=f"{name} ({variant}): params after {steps} steps differ from a CPU fp64 "
                 f"{name} fed the same gradients by {err:.3g} = {rel:.3g} of the largest "
-                f"update (allowed {PARAM_LIMIT:g}); {skipped} steps skipped\n"
-                f"{results.reproduce}")
+                f"update (allowed {PARAM_LIMIT:g}); {skipped} steps skipped")
 
 
 SD_CASES = [(o, v) for o in OPTIMIZERS for v in VARIANTS]
@@ -202,15 +201,15 @@ def test_state_dict_round_trip(device, results, settings, name, variant):
         next_diff = max(float((p.detach() - q.detach()).abs().max())
                         for p, q in zip(model.parameters(), twin.parameters()))
     ok = dtype_mismatch == 0 and device_mismatch == 0 and value_diff == 0 and next_diff == 0
-    results.record(
-        record_id, status="pass" if ok else "fail",
+    results.check(
+        record_id, ok=ok,
         metrics={"dtype_mismatches": dtype_mismatch, "device_mismatches": device_mismatch,
                  "value_diff": value_diff, "next_step_diff": next_diff},
         rules={"dtype_mismatches": equal(), "device_mismatches": equal(),
                "value_diff": equal(), "next_step_diff": equal()},
         message=f"{name} ({variant}) state_dict save/load: {dtype_mismatch} dtype and "
                 f"{device_mismatch} device mismatches, max value difference {value_diff:.3g}, "
-                f"params after one more step differ by {next_diff:.3g}\n{results.reproduce}")
+                f"params after one more step differ by {next_diff:.3g}")
 
 
 LOW_CASES = [(o, v, d) for o in OPTIMIZERS for v in VARIANTS for d in ("float16", "bfloat16")]
