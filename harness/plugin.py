@@ -23,15 +23,14 @@ import random
 import re
 import zlib
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional, Union
 
 import pytest
 
-from harness import baselines, faults, known_failures, regress
+from harness import baselines, faults, kinds, known_failures, regress
 from harness import session as harness_session
 from harness.argtypes import non_negative_int, positive_float, positive_int
 from harness.device import (
-    DEVICE_TYPES,
     Device,
     DeviceUnavailable,
     Unsupported,
@@ -101,11 +100,11 @@ def _model_input(text: str) -> str:
     return text
 
 
-# Every option in one table: (flags, argparse keyword arguments). One place to add one.
-OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
-    (("--device",), dict(default="auto", choices=("auto", *DEVICE_TYPES), metavar="TYPE",
-                         help="Device under test: auto, npu, cuda, xpu, mps or cpu; auto "
-                              "picks npu > cuda > xpu > mps > cpu. Default: %(default)r")),
+# Every option in one table: (flags, argparse keyword arguments, or a function returning
+# them when they are read from another table: --device's from harness.kinds' rows).
+OptionKwargs = Union[dict[str, Any], Callable[[], dict[str, Any]]]
+OPTIONS: list[tuple[tuple[str, ...], OptionKwargs]] = [
+    (("--device",), kinds.device_option),
     (("--baseline",), dict(default="compare", choices=BASELINE_MODES, metavar="MODE",
                            help="What to do with the baseline: compare (fail on regressions "
                                 "against it; say NOT COMPARED when there is none), require "
@@ -177,7 +176,7 @@ OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("harness", "NPU conformance harness")
     for flags, kwargs in OPTIONS:
-        group.addoption(*flags, **kwargs)
+        group.addoption(*flags, **(kwargs() if callable(kwargs) else kwargs))
 
 
 def _names_marker(markexpr: str, marker: str) -> bool:
