@@ -13,7 +13,7 @@ from harness import dtypes as dt
 from harness import localize, training
 from harness.results import higher, lower
 
-AMP_DTYPES = [torch.float16, torch.bfloat16]
+AMP_DTYPES = list(dt.AMP.values())
 
 
 def _name(dtype: torch.dtype) -> str:
