@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
+from harness import kinds
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -275,7 +277,8 @@ def _add_bench_eval(sub) -> None:
                     help="Process runs per compare (as --bench-runs K). Default: 2")
     ev.add_argument("--select", default=None, metavar="EXPR",
                     help="Only benchmarks matching this -k expression. Default: all")
-    ev.add_argument("--device", default="cpu", metavar="TYPE", help="Device. Default: cpu")
+    ev.add_argument("--device", default="cpu", choices=kinds.choices(), metavar="TYPE",
+                    help="Device: %(choices)s. Default: cpu")
     ev.add_argument("--training-scale", default="small", choices=("small", "full"),
                     metavar="SCALE", help="Training scale. Default: small")
     ev.add_argument("--keep-dir", default=None, metavar="PATH",
@@ -309,9 +312,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     doctor = sub.add_parser("doctor", help="Check the environment a conformance run needs")
-    doctor.add_argument("--device", default="auto", metavar="TYPE",
-                        choices=("auto", "npu", "cuda", "xpu", "mps", "cpu"),
-                        help="Device you intend to test (exit 1 if unusable). Default: auto")
+    doctor.add_argument("--device", **kinds.device_option(
+        "Device you intend to test (exit 1 if unusable)"))
     doctor.add_argument("--json", action="store_true", help="Machine-readable output")
     doctor.add_argument("--baseline-dir", default=str(ROOT / "baselines"), metavar="PATH",
                         help="Baseline store to look in (default: the checkout's baselines/)")
@@ -348,8 +350,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="Only faults of this family (repeatable)")
     faults.add_argument("--fault", action="append", default=[], metavar="NAME",
                         help="Only this fault (repeatable; package.module:NAME allowed)")
-    faults.add_argument("--device", default="cpu", metavar="TYPE",
-                        help="Device the checks run on. Default: cpu")
+    faults.add_argument("--device", default="cpu", choices=kinds.choices(), metavar="TYPE",
+                        help="Device the checks run on: %(choices)s. Default: cpu")
     faults.add_argument("--jobs", type=int, default=2, metavar="N",
                         help="Fault runs in parallel. Default: 2")
     faults.add_argument("--timeout", type=float, default=900.0, metavar="SECONDS",

@@ -1,9 +1,11 @@
 """The device under test (DUT): the only module that knows vendor APIs.
 
 A :class:`Device` wraps one device type (``npu``, ``cuda``, ``xpu``, ``mps``, ``cpu``)
-and index. Everything type-specific is a row of :data:`KINDS` (probe, collective
-backend, stack-version key) or a generic torch API looked up on the device's module
-(``torch.cuda``, ``torch.npu``, ...), with ``torch_npu`` fallbacks for older stacks.
+and index. Everything type-specific is a row of :data:`harness.kinds.KINDS` (probe,
+collective backend, stack, dispatch key, autocast dtypes, fallback and out-of-memory
+texts; ``device.kind``), re-exported here, or a generic torch API looked up on the
+device's module (``torch.cuda``, ``torch.npu``, ...), with the row's ``legacy_amp``
+module (``torch_npu.npu.amp``) for older stacks. The probes the rows name live here.
 
 ``torch_npu`` is never imported at module import time; :func:`probe` imports it inside a
 function and turns every failure into a *reason* a person can act on.
@@ -54,6 +56,7 @@ import gc
 import importlib
 import importlib.metadata
 import importlib.util
+import inspect
 import os
 import platform
 import re
@@ -66,10 +69,8 @@ from typing import Callable, Iterator, Optional
 
 import torch
 
-from harness import faults
-
-DEVICE_TYPES = ("npu", "cuda", "xpu", "mps", "cpu")
-"""Device types in ``--device auto`` preference order."""
+from harness import dtypes, faults
+from harness.kinds import DEVICE_TYPES, KINDS, Kind
 
 
 class DeviceUnavailable(RuntimeError):
@@ -155,12 +156,18 @@ def _warning_text(caught: list) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Probe:
-    """Outcome of probing one device type."""
+    """Outcome of probing one device type.
+
+    ``installed``: the device's own software (a vendor package such as torch_npu, or a
+    requested simulator) is present, so the device being unusable is worth a warning
+    (the doctor's), not just a fact.
+    """
 
     type: str
     available: bool
     reason: str
     count: int = 0
+    installed: bool = False
 
 
 # --------------------------------------------------------------------------- probes
@@ -259,13 +266,13 @@ def _probe_simnpu() -> Optional[Probe]:
     missing = simnpu.compiler_missing()
     if missing:
         return Probe("npu", False, f"HARNESS_SIMNPU=1 but the simulator cannot be built: "
-                     f"{missing}")
+                     f"{missing}", installed=True)
     try:
         simnpu.load()
         count = torch.npu.device_count()
     except Exception as exc:  # noqa: BLE001 - a failed build or load is a reason
         return Probe("npu", False, f"HARNESS_SIMNPU=1 but the simulator failed to load: "
-                     f"{type(exc).__name__}: {str(exc)[-500:]}")
+                     f"{type(exc).__name__}: {str(exc)[-500:]}", installed=True)
     return Probe("npu", True, f"{count} {simnpu.DEVICE_NAME} device(s) (simulated, CANN "
                  f"{simnpu.cann_version()}; HARNESS_SIMNPU=1, not real hardware)", count)
 
@@ -282,43 +289,39 @@ def _probe_npu() -> Probe:
     if npu_version is not None and _base_version(npu_version) != _base_version(torch.__version__):
         return Probe("npu", False, f"version mismatch: torch {torch.__version__} but torch_npu "
                      f"{npu_version}; torch_npu must be built for the same torch "
-                     f"(pip install 'torch_npu=={_base_version(torch.__version__)}.*')")
+                     f"(pip install 'torch_npu=={_base_version(torch.__version__)}.*')",
+                     installed=True)
     try:
         _import_torch_npu()
     except Exception as exc:  # noqa: BLE001 - every import failure becomes a reason
-        return Probe("npu", False, explain_npu_import_error(exc))
+        return Probe("npu", False, explain_npu_import_error(exc), installed=True)
     npu = getattr(torch, "npu", None)
     try:
         available = bool(npu is not None and npu.is_available())
         count = npu.device_count() if available else 0
     except Exception as exc:  # noqa: BLE001
-        return Probe("npu", False, f"torch.npu probe failed: {exc}")
+        return Probe("npu", False, f"torch.npu probe failed: {exc}", installed=True)
     if not available or count == 0:
         return Probe("npu", False, "torch_npu imported but no NPU is visible "
                      "(torch.npu.is_available() is False); check `npu-smi info`, the driver, "
-                     "and ASCEND_RT_VISIBLE_DEVICES")
-    return Probe("npu", True, f"{count} NPU(s) visible (torch_npu {npu_version})", count)
+                     "and ASCEND_RT_VISIBLE_DEVICES", installed=True)
+    return Probe("npu", True, f"{count} NPU(s) visible (torch_npu {npu_version})", count,
+                 installed=True)
 
 
 # ----------------------------------------------------------------------- kinds table
+# The rows are harness.kinds.KINDS (imported above); a row names its probe, one of the
+# functions above, so that table needs no torch.
 
-@dataclasses.dataclass(frozen=True)
-class Kind:
-    """What differs between device types, as data (one row per type)."""
-
-    type: str
-    probe: Callable[[], Probe]
-    dist_backend: str
-    stack_prefix: str  # the version that defines this device's stack (see harness.stack)
-
-
-KINDS: dict[str, Kind] = {
-    "npu": Kind("npu", _probe_npu, "hccl", "cann"),
-    "cuda": Kind("cuda", _probe_cuda, "nccl", "cuda"),
-    "xpu": Kind("xpu", _probe_xpu, "xccl", "torch"),
-    "mps": Kind("mps", _probe_mps, "gloo", "torch"),
-    "cpu": Kind("cpu", _probe_cpu, "gloo", "torch"),
-}
+def probe_function(kind: Kind) -> Callable[[], Probe]:
+    """The probe a row names: a function of this module by name, or the function itself."""
+    if callable(kind.probe):
+        return kind.probe
+    found = globals().get(kind.probe)
+    if not callable(found):
+        raise ValueError(f"device type {kind.type!r}: its row names the probe "
+                         f"{kind.probe!r}, which harness.device does not define")
+    return found
 
 
 def probe(device_type: str) -> Probe:
@@ -326,14 +329,15 @@ def probe(device_type: str) -> Probe:
     if device_type not in KINDS:
         raise ValueError(f"unknown device type {device_type!r}; choose from "
                          f"{', '.join(DEVICE_TYPES)}")
-    return KINDS[device_type].probe()
+    return probe_function(KINDS[device_type])()
 
 
 def select(requested: str = "auto", index: int = 0) -> tuple[Device, list[Probe]]:
     """Pick the device under test.
 
-    ``auto`` takes the first available of npu > cuda > xpu > mps > cpu. Returns the
-    device and the probes made (so callers can say why an accelerator was not used).
+    ``auto`` takes the first available in :data:`KINDS` order (npu > cuda > xpu > mps >
+    cpu). Returns the device and the probes made (so callers can say why an accelerator
+    was not used).
     Raises :class:`DeviceUnavailable` when an explicitly requested type is unusable.
     """
     if requested == "auto":
@@ -391,6 +395,15 @@ class _EventTimer:
 _scope_state = threading.local()
 
 
+def _takes_device(function: Callable) -> bool:
+    """Whether a ``torch.<type>`` memory API takes a device argument (``torch.mps``'s
+    have none: one device); a signature Python cannot read is assumed to."""
+    try:
+        return "device" in inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return True
+
+
 class Device:
     """One device under test: a type, an index, and the vendor calls behind them."""
 
@@ -432,10 +445,11 @@ class Device:
 
     @property
     def simulated(self) -> bool:
-        """Whether this is SimNPU (:mod:`harness.simnpu`), not real hardware."""
-        from harness import simnpu
-
-        return self.type == "npu" and simnpu.is_loaded()
+        """Whether this is a simulator (the row's ``simulator``: :mod:`harness.simnpu`),
+        not real hardware."""
+        if self.kind.simulator is None:
+            return False
+        return bool(importlib.import_module(self.kind.simulator).is_loaded())
 
     @property
     def dist_unavailable(self) -> Optional[str]:
@@ -503,10 +517,10 @@ class Device:
         return None
 
     def allocated(self) -> Optional[int]:
-        if self.type == "mps":
-            return int(torch.mps.current_allocated_memory())
         if self.has_allocator_stats:
             return int(self.module.memory_allocated(self.index))
+        if self.module is not None and hasattr(self.module, "current_allocated_memory"):
+            return int(self.module.current_allocated_memory())  # torch.mps: no index
         return None
 
     def total_memory(self) -> Optional[int]:
@@ -521,10 +535,11 @@ class Device:
                                       "applies caps to its tracker instead")
         total = self.total_memory()
         fraction = 1.0 if nbytes is None or not total else min(1.0, nbytes / total)
-        if self.type == "mps":
-            self.module.set_per_process_memory_fraction(fraction)
-        else:
-            self.module.set_per_process_memory_fraction(fraction, self.index)
+        set_fraction = self.module.set_per_process_memory_fraction
+        if _takes_device(set_fraction):
+            set_fraction(fraction, self.index)
+        else:  # torch.mps: one device, no index
+            set_fraction(fraction)
 
     def empty_cache(self) -> None:
         if self.module is not None and hasattr(self.module, "empty_cache"):
@@ -540,11 +555,34 @@ class Device:
 
     @property
     def oom_error(self) -> type[BaseException]:
-        """The exception this device raises on out-of-memory."""
+        """The exception this device raises on out-of-memory on current stacks (and what
+        the harness's own caps raise); :meth:`is_out_of_memory` also knows older ones."""
         return getattr(torch, "OutOfMemoryError", None) or getattr(
             torch.cuda, "OutOfMemoryError", RuntimeError)
 
+    def is_out_of_memory(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is this device running out of memory: :attr:`oom_error`, or a
+        ``RuntimeError`` whose text is the row's ``oom_message`` (older stacks: torch_npu's
+        ``RuntimeError("NPU out of memory. Tried to allocate ...")``; Note [Fallback and
+        OOM texts are per device] in :mod:`harness.kinds`)."""
+        if isinstance(exc, self.oom_error):
+            return True
+        return isinstance(exc, RuntimeError) and bool(
+            re.search(self.kind.oom_message, str(exc)))
+
     # ---- mixed precision
+    @property
+    def amp_dtype(self) -> torch.dtype:
+        """The preferred autocast dtype here (the row's first ``amp_dtypes``: torch's
+        default autocast dtype for the type; bfloat16 on the CPU, float16 on an NPU)."""
+        return dtypes.BY_NAME[self.kind.amp_dtype]
+
+    @property
+    def amp_dtypes(self) -> tuple[torch.dtype, ...]:
+        """The autocast dtypes this device type's autocast knows, preferred first (whether
+        this stack has each is :meth:`autocast_unsupported`'s probe)."""
+        return tuple(dtypes.BY_NAME[name] for name in self.kind.amp_dtypes)
+
     def autocast(self, dtype: torch.dtype = torch.float16, enabled: bool = True):
         """``torch.autocast`` for this device; ``torch_npu.npu.amp`` on older stacks.
 
@@ -563,15 +601,20 @@ class Device:
     def _autocast(self, dtype: Optional[torch.dtype], enabled: bool):
         chosen = {} if dtype is None else {"dtype": dtype}
         try:
-            return torch.autocast(device_type=self.type, enabled=enabled, **chosen)
+            return torch.autocast(device_type=self.kind.autocast_type, enabled=enabled,
+                                  **chosen)
         except (RuntimeError, ValueError):
-            if self.type != "npu":
+            if self.kind.legacy_amp is None:
                 raise
-            return importlib.import_module("torch_npu").npu.amp.autocast(
+            return importlib.import_module(self.kind.legacy_amp).autocast(
                 enabled=enabled, **chosen)
 
     def autocast_unsupported(self, dtype: torch.dtype) -> Optional[str]:
-        """None when autocast in ``dtype`` works here, else the reason (probed once)."""
+        """None when autocast in ``dtype`` works here, else the reason: a dtype the row's
+        ``amp_dtypes`` do not list is refused without trying; the others are probed once."""
+        if dtype not in self.amp_dtypes:
+            return (f"{self.type} autocast knows {', '.join(self.kind.amp_dtypes)}, not "
+                    f"{dtypes.name(dtype)} (harness.kinds.KINDS[{self.type!r}].amp_dtypes)")
         return _feature(("autocast", self.type, dtype), lambda: self._probe_autocast(dtype))
 
     def _probe_autocast(self, dtype: torch.dtype) -> Optional[str]:
@@ -624,8 +667,8 @@ class Device:
 
     def missing_features(self) -> dict[str, str]:
         """The features this stack lacks on this device: name -> reason (for the header)."""
-        found = {f"autocast({str(dtype)[6:]})": self.autocast_unsupported(dtype)
-                 for dtype in (torch.float16, torch.bfloat16)}
+        found = {f"autocast({dtypes.name(dtype)})": self.autocast_unsupported(dtype)
+                 for dtype in self.amp_dtypes}
         found["GradScaler"] = self.grad_scaler_unsupported()
         if not self.has_allocator_stats:
             found["memory tracker"] = storage_lifetime_unsupported()
@@ -635,13 +678,15 @@ class Device:
         amp_scaler = getattr(getattr(torch, "amp", None), "GradScaler", None)
         if amp_scaler is not None:
             try:
-                return amp_scaler(self.type, **kwargs)
+                return amp_scaler(self.kind.autocast_type, **kwargs)
             except (TypeError, RuntimeError, ValueError):
-                if self.type not in ("npu", "cuda"):
+                if self.kind.legacy_amp is None:
                     raise
-        if self.type == "npu":
-            return importlib.import_module("torch_npu").npu.amp.GradScaler(**kwargs)
-        return torch.cuda.amp.GradScaler(**kwargs)
+        # no torch.amp.GradScaler (torch < 2.3), or it refuses this type: the row's legacy
+        # module; torch.cuda.amp's elsewhere, which disables itself off CUDA (the probe
+        # then says so: Note [Missing features of older stacks])
+        return importlib.import_module(self.kind.legacy_amp or "torch.cuda.amp").GradScaler(
+            **kwargs)
 
     # ---- timing
     def event_timer(self):

@@ -90,7 +90,6 @@ def run_checks(device: str = "auto", baseline_dir=None, *,
     from harness import device as device_mod
     from harness import stack
 
-    npu_version = device_mod.torch_npu_version()
     probes = {t: device_mod.probe(t) for t in device_mod.DEVICE_TYPES}
     for device_type, result in probes.items():
         if result.available:
@@ -104,11 +103,12 @@ def run_checks(device: str = "auto", baseline_dir=None, *,
                 findings.append(Check(WARN, f"  {device_type}:0", f"name/memory unreadable: "
                                         f"{exc}"))
         else:
-            severity = FAIL if device_type == device else (
-                WARN if device_type == "npu" and npu_version else NA)
+            # a device whose own software is installed (torch_npu) but unusable: a warning
+            severity = FAIL if device_type == device else (WARN if result.installed else NA)
             findings.append(Check(severity, f"device {device_type}",
                                     f"not usable: {result.reason}"))
-    if probes["npu"].available:
+    if any(probes[t].available for t, kind in device_mod.KINDS.items()
+           if kind.stack_prefix == "cann"):  # a device on CANN's stack: its components
         cann = stack.cann_versions(stack._torch_npu_get_cann_version())
         if cann.get("cann"):
             parts = ", ".join(f"{k} {v}" for k, v in cann.items() if k not in ("cann", "source"))

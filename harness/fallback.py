@@ -23,13 +23,20 @@ warning reaches Python as a ``UserWarning`` when raised from a Python call, but 
 threads (the autograd engine's) print it to stderr through c10's handler
 (``[W ...] Warning: CAUTION: ...``), and some builds log it; ``capture`` listens to Python
 warnings and ``logging`` always, and to file descriptor 2 when asked
-(``stderr=True``, the default on NPU devices; see :func:`default_stderr_capture`).
+(``stderr=True``, the default where the device's row says its warning can be printed
+there: ``fallback_on_stderr``, the NPU's; see :func:`default_stderr_capture`).
+
+What counts as a fallback warning is the device's row too (``fallback_warning``, Note
+[Fallback and OOM texts are per device] in :mod:`harness.kinds`): ``capture(device_type)``
+and ``parse(text, device_type)`` read it; without a device type they use torch's and
+torch_npu's wording, :data:`harness.kinds.CPU_FALLBACK_WARNING`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import re
@@ -39,31 +46,52 @@ import threading
 import warnings
 from typing import Iterator, Optional
 
+from harness.kinds import CPU_FALLBACK_WARNING, KINDS
+
 # torch_npu: "CAUTION: The operator 'aten::x.out' is not currently supported on the NPU
 # backend and will fall back to run on the CPU. This may have performance implications."
 # torch's own XPU/PrivateUse1 fallbacks: "... on the XPU backend and will fall back to run
 # on the CPU." Matched loosely (case, spacing, line breaks), the op name when present.
-FALLBACK_PATTERN = re.compile(r"fall\s*back\s+to\s+run\s+on\s+the\s+CPU", re.IGNORECASE)
-OPERATOR_PATTERN = re.compile(
-    r"operator\s+'(?P<op>[^']+)'\s+is\s+not\s+currently\s+supported.*?fall\s*back\s+to\s+run\s+"
-    r"on\s+the\s+CPU", re.IGNORECASE | re.DOTALL)
+_OPERATOR = r"operator\s+'(?P<op>[^']+)'\s+is\s+not\s+currently\s+supported.*?"
 UNKNOWN_OP = "<unknown op>"
+
+
+@functools.cache
+def patterns(warning: str = CPU_FALLBACK_WARNING) -> tuple[re.Pattern, re.Pattern]:
+    """A fallback warning's text (a row's ``fallback_warning``) -> the pattern finding it
+    and the one naming its op (``operator 'aten::x' is not currently supported ...``)."""
+    return (re.compile(warning, re.IGNORECASE),
+            re.compile(_OPERATOR + f"(?:{warning})", re.IGNORECASE | re.DOTALL))
+
+
+FALLBACK_PATTERN, OPERATOR_PATTERN = patterns()
+"""The patterns of torch's and torch_npu's wording (no device type given)."""
+
+
+def warning_for(device_type: Optional[str]) -> str:
+    """The fallback warning text of a device type's row; torch's for None or a type
+    without a row (``meta``)."""
+    kind = KINDS.get(device_type) if device_type is not None else None
+    return kind.fallback_warning if kind is not None else CPU_FALLBACK_WARNING
+
 
 KNOWN: set[str] = set()
 """Ops seen falling back in this process (Note [Fallback warnings are emitted once])."""
 _KNOWN_LOCK = threading.Lock()
 
 
-def parse(text: str) -> list[str]:
+def parse(text: str, device_type: Optional[str] = None) -> list[str]:
     """The op names a block of warning/log text reports as falling back to the CPU.
 
     ``"... operator 'aten::sort.values' is not currently supported ... fall back to run
     on the CPU"`` -> ``["aten::sort.values"]``; a fallback message without an op name
-    gives ``["<unknown op>"]``; unrelated text gives ``[]``.
+    gives ``["<unknown op>"]``; unrelated text gives ``[]``. ``device_type`` picks the
+    row whose ``fallback_warning`` is looked for (:func:`warning_for`).
     """
-    if not FALLBACK_PATTERN.search(text):
+    found, operator = patterns(warning_for(device_type))
+    if not found.search(text):
         return []
-    names = [m.group("op") for m in OPERATOR_PATTERN.finditer(text)]
+    names = [m.group("op") for m in operator.finditer(text)]
     return list(dict.fromkeys(names)) or [UNKNOWN_OP]
 
 
@@ -74,10 +102,12 @@ def _base_name(op: str) -> str:
 
 @dataclasses.dataclass
 class Capture:
-    """What one :func:`capture` saw: op names reported falling back, and from where."""
+    """What one :func:`capture` saw: op names reported falling back, and from where;
+    ``device_type`` is whose fallback warning it looked for (None: torch's wording)."""
 
     ops: list[str] = dataclasses.field(default_factory=list)
     sources: dict[str, str] = dataclasses.field(default_factory=dict)
+    device_type: Optional[str] = None
 
     def add(self, op: str, source: str) -> None:
         if op not in self.ops:
@@ -104,7 +134,7 @@ class _LogHandler(logging.Handler):
             text = record.getMessage()
         except Exception:  # noqa: BLE001 - a malformed log record is not our failure
             return
-        for op in parse(text):
+        for op in parse(text, self.found.device_type):
             self.found.add(op, "log")
 
 
@@ -149,23 +179,29 @@ def _stderr_to(found: Capture) -> Iterator[None]:
             if data:
                 with contextlib.suppress(OSError, ValueError):
                     os.write(2, data.encode("utf-8"))  # pass it through
-                for op in parse(data):
+                for op in parse(data, found.device_type):
                     found.add(op, "stderr")
 
 
-def default_stderr_capture(device_type: str) -> bool:
-    """Whether to watch fd 2 by default: only where a vendor fallback can print there."""
-    return device_type == "npu"
+def default_stderr_capture(device_type: Optional[str]) -> bool:
+    """Whether to watch fd 2 by default: only where the device's row says its fallback
+    warning can be printed there (``fallback_on_stderr``: the NPU's)."""
+    kind = KINDS.get(device_type) if device_type is not None else None
+    return kind is not None and kind.fallback_on_stderr
 
 
 @contextlib.contextmanager
-def capture(*, stderr: bool = False, trace_known: bool = True,
-            logger: Optional[logging.Logger] = None) -> Iterator[Capture]:
+def capture(device_type: Optional[str] = None, *, stderr: Optional[bool] = None,
+            trace_known: bool = True, logger: Optional[logging.Logger] = None
+            ) -> Iterator[Capture]:
     """Collect the ops reported falling back to the CPU while the block runs.
 
     Args:
+        device_type: the DUT's type: its row's ``fallback_warning`` is what is looked
+            for, and its ``fallback_on_stderr`` the default of ``stderr`` (None: torch's
+            wording, no fd 2).
         stderr: also scan what is written to file descriptor 2 (C++ warnings printed by
-            c10's handler); costs a temp file per block.
+            c10's handler); costs a temp file per block. Default: the row's.
         trace_known: flag dispatches of ops already known to fall back (Note [Fallback
             warnings are emitted once]).
         logger: the logger to listen on (default: the root logger, so every library's).
@@ -173,7 +209,9 @@ def capture(*, stderr: bool = False, trace_known: bool = True,
     Yields a :class:`Capture`, filled when the block exits. Fallback warnings are
     swallowed (recorded, not printed); every other warning is re-emitted unchanged.
     """
-    found = Capture()
+    found = Capture(device_type=device_type)
+    if stderr is None:
+        stderr = default_stderr_capture(device_type)
     target = logger if logger is not None else logging.getLogger()
     handler = _LogHandler(found)
     target.addHandler(handler)
@@ -193,7 +231,7 @@ def capture(*, stderr: bool = False, trace_known: bool = True,
     finally:
         target.removeHandler(handler)
         for message in caught:
-            ops = parse(str(message.message))
+            ops = parse(str(message.message), device_type)
             for op in ops:
                 found.add(op, "warning")
             if not ops:  # not ours: hand it on to whoever listens outside

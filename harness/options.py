@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Union
 
-from harness import argtypes
-from harness.device import DEVICE_TYPES
+from harness import argtypes, kinds
 from harness.session import BASELINE_MODES, FAIL_ON, Settings, alerts_paths
 
 
@@ -20,11 +19,11 @@ class OptionsError(ValueError):
     """Options that contradict each other (the plugin reports it as a usage error)."""
 
 
-# Every option in one table: (flags, argparse keyword arguments). One place to add one.
-OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
-    (("--device",), dict(default="auto", choices=("auto", *DEVICE_TYPES), metavar="TYPE",
-                         help="Device under test: auto, npu, cuda, xpu, mps or cpu; auto "
-                              "picks npu > cuda > xpu > mps > cpu. Default: %(default)r")),
+# Every option in one table: (flags, argparse keyword arguments, or a function returning
+# them when they are read from another table: --device's from harness.kinds' rows).
+OptionKwargs = Union[dict[str, Any], Callable[[], dict[str, Any]]]
+OPTIONS: list[tuple[tuple[str, ...], OptionKwargs]] = [
+    (("--device",), kinds.device_option),
     (("--baseline",), dict(default="compare", choices=BASELINE_MODES, metavar="MODE",
                            help="What to do with the baseline: compare (fail on regressions "
                                 "against it; say NOT COMPARED when there is none), require "

@@ -44,7 +44,7 @@ hypothesis_profiles.register()  # at import: hypothesis' plugin loads its option
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("harness", "NPU conformance harness")
     for flags, kwargs in options.OPTIONS:
-        group.addoption(*flags, **kwargs)
+        group.addoption(*flags, **(kwargs() if callable(kwargs) else kwargs))
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -3,10 +3,14 @@
 A baseline belongs to a *stack*: the version that defines what the device computes.
 For an NPU that is CANN (``cann-8.0.RC3``), for CUDA the CUDA runtime torch was built
 with (``cuda-12.4``), for the CPU, XPU and MPS the torch version (``torch-2.4.0``).
+Which stack a device type has is its row's ``stack_prefix`` (:mod:`harness.kinds`); what a
+stack reads is its entry in :data:`STACKS`, so device types sharing a stack share the
+entry and a new device type on torch's stack needs none.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform
 import re
@@ -167,6 +171,49 @@ def _ascend_driver() -> Optional[str]:
     return None
 
 
+def _cann_stack() -> dict:
+    cann = cann_versions(_torch_npu_get_cann_version())
+    return {"cann": cann.get("cann"), "cann_components": cann,
+            "driver": cann.get("driver") or _ascend_driver()}
+
+
+def _cuda_stack() -> dict:
+    import torch
+
+    try:
+        cudnn = torch.backends.cudnn.version()
+    except Exception:  # noqa: BLE001
+        cudnn = None
+    return {"driver": _nvidia_driver(), "cudnn": cudnn}
+
+
+@dataclasses.dataclass(frozen=True)
+class Stack:
+    """What versions one stack: the fingerprint field that is its version, and a function
+    adding the stack's own fields (driver, components) to a fingerprint."""
+
+    version_field: str
+    details: Callable[[], dict] = dict
+
+
+STACKS: dict[str, Stack] = {
+    "cann": Stack("cann", _cann_stack),
+    "cuda": Stack("cuda_runtime", _cuda_stack),
+    "torch": Stack("torch"),
+}
+"""Stack prefix (a row's ``stack_prefix``) -> what defines its version."""
+
+
+def _stack(device_type: str) -> tuple[str, Stack]:
+    from harness.kinds import KINDS
+
+    prefix = KINDS[device_type].stack_prefix
+    if prefix not in STACKS:
+        raise ValueError(f"device type {device_type!r}: its row's stack_prefix {prefix!r} is "
+                         f"not in harness.stack.STACKS ({', '.join(STACKS)})")
+    return prefix, STACKS[prefix]
+
+
 def fingerprint(device) -> dict:
     """Everything that defines the stack the run measured, as a JSON-ready dict."""
     import torch
@@ -196,33 +243,18 @@ def fingerprint(device) -> dict:
         "os": f"{platform.system()} {platform.release()}",
         "host": socket.gethostname(),
     }
-    if device.type == "npu":
-        cann = cann_versions(_torch_npu_get_cann_version())
-        info["cann"] = cann.get("cann")
-        info["cann_components"] = cann
-        info["driver"] = cann.get("driver") or _ascend_driver()
-    elif device.type == "cuda":
-        info["driver"] = _nvidia_driver()
-        try:
-            info["cudnn"] = torch.backends.cudnn.version()
-        except Exception:  # noqa: BLE001
-            info["cudnn"] = None
+    info.update(_stack(device.type)[1].details())
     info["stack_id"] = stack_id(info)
     info["device_slug"] = device_slug(info)
     return info
 
 
 def stack_id(info: dict) -> str:
-    """``cann-<ver>`` for npu, ``cuda-<ver>`` for cuda, ``torch-<ver>`` otherwise."""
-    from harness.device import KINDS
-
-    prefix = KINDS[info["device_type"]].stack_prefix
-    if prefix == "cann":
-        version = info.get("cann") or "unknown"
-    elif prefix == "cuda":
-        version = info.get("cuda_runtime") or "unknown"
-    else:
-        version = info["torch"].split("+", 1)[0]
+    """``<prefix>-<version>``: the device type's stack prefix and the fingerprint field
+    its stack names (``cann-8.0.RC3``, ``cuda-12.4``, ``torch-2.4.0``; a local version
+    suffix such as ``+cpu`` is dropped)."""
+    prefix, stack = _stack(info["device_type"])
+    version = str(info.get(stack.version_field) or "unknown").split("+", 1)[0]
     return f"{prefix}-{version}"
 
 

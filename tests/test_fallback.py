@@ -78,6 +78,16 @@ def test_capture_reads_c10_warnings_printed_to_stderr_fd(capfd):
 def test_stderr_watching_is_on_by_default_only_for_npu():
     assert fallback.default_stderr_capture("npu")
     assert not fallback.default_stderr_capture("cpu")
+    assert not fallback.default_stderr_capture(None) and not fallback.default_stderr_capture("meta")
+
+
+def test_capture_for_a_device_type_takes_its_rows_stderr_default(capfd):
+    with fallback.capture("npu") as npu:  # the npu row: fd 2 watched
+        os.write(2, C10_LINE.encode())
+    with fallback.capture("cpu") as cpu:  # the cpu row: not watched
+        os.write(2, C10_LINE.encode())
+    assert npu.ops == ["aten::scatter_reduce.two_out"] and npu.sources[npu.ops[0]] == "stderr"
+    assert cpu.ops == [] and capfd.readouterr().err.count("scatter_reduce") == 2
 
 
 def test_an_op_that_warned_once_is_still_flagged_later():

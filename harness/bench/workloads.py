@@ -18,6 +18,7 @@ from typing import Callable, Optional
 
 import torch
 
+from harness import dtypes as dt
 from harness.bench.stats import Policy
 
 
@@ -52,8 +53,8 @@ class Workload:
 
 AMP = {  # precision name -> (autocast dtype or None, GradScaler?)
     "float32": (None, False),
-    "float16-amp": (torch.float16, True),
-    "bfloat16-amp": (torch.bfloat16, False),
+    "float16-amp": (dt.AMP["float16"], True),
+    "bfloat16-amp": (dt.AMP["bfloat16"], False),
 }
 TRAIN_BATCH = {"small": 8, "full": 64}
 # CPU autocast runs fp16/bf16 convolutions without native kernels (~50 ms per image on
@@ -63,15 +64,11 @@ TRAIN_IMAGE = {"small": 32, "full": 32}
 
 
 def _amp_supported(device, dtype) -> None:
-    try:
-        with device.autocast(dtype):
-            a = torch.ones(4, 4, device=device.torch_device)
-            out = a @ a
-        if out.dtype != dtype:
-            raise Unsupported(f"autocast({dtype}) on {device.type} does not cast matmul "
-                              f"(got {out.dtype})")
-    except (RuntimeError, ValueError, TypeError) as exc:
-        raise Unsupported(f"autocast({dtype}) is not available on {device.type}: {exc}") from exc
+    """Refuse an autocast dtype this device or stack lacks: the device's one probe
+    (``Device.autocast_unsupported``: the row's ``amp_dtypes``, then a tiny matmul)."""
+    reason = device.autocast_unsupported(dtype)
+    if reason is not None:
+        raise Unsupported(reason)
 
 
 def _train(model_fn: Callable[[str], torch.nn.Module], precision: str):

@@ -2,8 +2,8 @@
 
 For each distinct op of a :class:`~harness.model.capture.Capture`, :func:`inventory` asks
 the dispatcher whether the DUT's backend has a kernel
-(``torch._C._dispatch_has_kernel_for_dispatch_key(name, key)``, the key from
-:data:`DISPATCH_KEYS`), whether it runs through a composite (a decomposition into other
+(``torch._C._dispatch_has_kernel_for_dispatch_key(name, key)``, the key from the device
+type's row, :func:`dispatch_key`), whether it runs through a composite (a decomposition into other
 ops, which then need kernels), only through a backend fallback (torch_npu's CPU
 fallback), or not at all; adds what the case runs saw falling back to the host CPU
 (:mod:`harness.fallback`), and what :data:`KNOWN_BAD` lists. The summary gives ops and
@@ -31,16 +31,18 @@ from typing import Iterable, Optional, Sequence
 
 import torch
 
+from harness.kinds import KINDS
 from harness.model.capture import IGNORED_NAMESPACES, Capture
 
-DISPATCH_KEYS: dict[str, str] = {
-    "npu": "PrivateUse1",   # torch_npu registers its kernels to the PrivateUse1 key
-    "cuda": "CUDA",
-    "xpu": "XPU",
-    "mps": "MPS",
-    "cpu": "CPU",
-}
-"""Device type -> the dispatch key its kernels are registered to."""
+
+def dispatch_key(device_type: str) -> str:
+    """The dispatch key a device type's kernels register to (its row's ``dispatch_key``:
+    ``PrivateUse1`` for torch_npu's NPU)."""
+    if device_type not in KINDS:
+        raise ValueError(f"unknown device type {device_type!r}; choose from "
+                         f"{', '.join(KINDS)}")
+    return KINDS[device_type].dispatch_key
+
 
 COMPOSITE_KEYS = ("CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional",
                   "CompositeImplicitAutograd")
@@ -198,16 +200,13 @@ def inventory(capture: Capture, device_type: str, *, stack_id: str = "",
 
     Args:
         capture: what :func:`~harness.model.capture.capture_step` kept.
-        device_type: a key of :data:`DISPATCH_KEYS`.
+        device_type: a key of :data:`harness.kinds.KINDS`.
         stack_id: matched against :data:`KNOWN_BAD` rows (``cann-8.0.0``).
         fallback_ops: ops seen falling back to the CPU when the cases ran
             (``aten::sort.stable`` or ``aten::sort``: base names match every overload).
         known_bad: the known-failures table (default :data:`KNOWN_BAD`).
     """
-    if device_type not in DISPATCH_KEYS:
-        raise ValueError(f"unknown device type {device_type!r}; choose from "
-                         f"{', '.join(DISPATCH_KEYS)}")
-    key = DISPATCH_KEYS[device_type]
+    key = dispatch_key(device_type)
     table = KNOWN_BAD if known_bad is None else tuple(known_bad)
     fell = set(fallback_ops)
     fell_base = {name.split(".", 1)[0] for name in fell}

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import argparse
 
+from harness import kinds
+
 OPTIMIZER_NAMES = ("adamw", "sgd")
 """Keys of :data:`harness.model.capture.OPTIMIZERS` (a test keeps the two in step)."""
-DEVICE_CHOICES = ("auto", "npu", "cuda", "xpu", "mps", "cpu")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,8 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--optimizer", default="sgd", choices=OPTIMIZER_NAMES,
                         metavar="NAME", help="Optimizer of the step: %(choices)s. "
                                              "Default: %(default)r")
-    parser.add_argument("--device", default="auto", choices=DEVICE_CHOICES,
-                        metavar="TYPE", help="Device under test. Default: %(default)r")
+    parser.add_argument("--device", **kinds.device_option())
     parser.add_argument("--seed", default=0, type=int, metavar="N",
                         help="Seed of weights, inputs and cases. Default: %(default)r")
     parser.add_argument("--no-cases", action="store_true",

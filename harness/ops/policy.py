@@ -295,8 +295,7 @@ def watch(device, *, aten_ops: bool = True, into: Optional[Watch] = None) -> Ite
     when it raises).
     """
     seen = into if into is not None else Watch()
-    with device.scope(), fallback.capture(
-            stderr=fallback.default_stderr_capture(device.type)) as found:
+    with device.scope(), fallback.capture(device.type) as found:
         seen.fallback = found
         with _recorder(seen) if aten_ops else contextlib.nullcontext():
             yield seen

@@ -42,6 +42,9 @@ from typing import Optional
 ENV = "HARNESS_SIMNPU"
 DEFAULT_CANN = "8.0.0"
 DEVICE_NAME = "SimNPU"
+DEVICE_TYPE = "npu"
+"""The device type simulated: the row of :data:`harness.kinds.KINDS` that names this module
+as its ``simulator`` (PrivateUse1, renamed, as torch_npu does)."""
 TORCH_NPU_VERSION_SUFFIX = ".post0+simnpu"
 
 _lock = threading.Lock()
@@ -164,11 +167,11 @@ def load(verbose: bool = False):
 
     from harness.simnpu import _module
 
-    if torch._C._get_privateuse1_backend_name() != "npu":
-        torch.utils.rename_privateuse1_backend("npu")
+    if torch._C._get_privateuse1_backend_name() != DEVICE_TYPE:
+        torch.utils.rename_privateuse1_backend(DEVICE_TYPE)
     npu = _module.make(ext)
-    if not hasattr(torch, "npu"):
-        torch._register_device_module("npu", npu)
+    if not hasattr(torch, DEVICE_TYPE):
+        torch._register_device_module(DEVICE_TYPE, npu)
     torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True,
                                                          for_packed_sequence=True,
                                                          for_storage=True)

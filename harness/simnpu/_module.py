@@ -60,7 +60,7 @@ class Stream:
     """The one (default) stream of a simulated device."""
 
     def __init__(self, device=None, priority: int = 0) -> None:
-        self.device = torch.device("npu", _index(device))
+        self.device = torch.device(simnpu.DEVICE_TYPE, _index(device))
 
     def synchronize(self) -> None:
         pass
@@ -85,7 +85,7 @@ def _index(device) -> int:
     if isinstance(device, int):
         return device
     device = torch.device(device)
-    if device.type != "npu":
+    if device.type != simnpu.DEVICE_TYPE:
         raise ValueError(f"Expected an npu device, got {device}")
     return int(ext.current_device()) if device.index is None else device.index
 
@@ -132,10 +132,10 @@ def make(ext) -> types.ModuleType:
     def initial_seed() -> int:
         return seeds["seed"]
 
-    def get_rng_state(device="npu") -> torch.Tensor:
+    def get_rng_state(device=simnpu.DEVICE_TYPE) -> torch.Tensor:
         return torch.empty(0, dtype=torch.uint8)
 
-    def set_rng_state(new_state, device="npu") -> None:
+    def set_rng_state(new_state, device=simnpu.DEVICE_TYPE) -> None:
         pass
 
     def get_rng_state_all():
@@ -244,11 +244,11 @@ def _make_amp() -> types.ModuleType:
 
     def autocast(enabled: bool = True, dtype: torch.dtype = torch.float16,
                  cache_enabled: bool = True):
-        return torch.autocast(device_type="npu", dtype=dtype, enabled=enabled,
+        return torch.autocast(device_type=simnpu.DEVICE_TYPE, dtype=dtype, enabled=enabled,
                               cache_enabled=cache_enabled)
 
     def GradScaler(**kwargs):  # noqa: N802 - torch_npu's class name
-        return torch.amp.GradScaler("npu", **kwargs)
+        return torch.amp.GradScaler(simnpu.DEVICE_TYPE, **kwargs)
 
     amp.autocast = autocast
     amp.GradScaler = GradScaler

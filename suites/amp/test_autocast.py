@@ -14,7 +14,9 @@ and torch_npu's, which registers CUDA's lists for ``npu``):
   2.13) they are not on its fp32 list: they follow their input (fp32 in, fp32 out; a
   16-bit input from a preceding matmul stays 16-bit).
 
-The table below is that difference as data, keyed by device type.
+The table below is that difference as data, keyed by the device row's
+``autocast_widens`` (:mod:`harness.kinds`): a new device type says which lists it copies
+in its row, not here.
 """
 
 import pytest
@@ -28,9 +30,9 @@ LOW = "low"      # the autocast dtype
 FP32 = "float32"
 INPUT = "input"  # the input's dtype (the op is not on the device's autocast lists)
 
-POLICY = {
-    "default": {"lower": LOW, "fp32": FP32, "fp32_widen": FP32},  # cuda, npu, xpu, mps
-    "cpu": {"lower": LOW, "fp32": FP32, "fp32_widen": INPUT},
+POLICY = {  # by the row's autocast_widens
+    True: {"lower": LOW, "fp32": FP32, "fp32_widen": FP32},  # cuda, npu, xpu, mps
+    False: {"lower": LOW, "fp32": FP32, "fp32_widen": INPUT},  # cpu
 }
 
 # op name -> (policy class, fn(x, aux) -> tensor); x is (8, 16), aux a dict of extras
@@ -61,8 +63,8 @@ OPS = {
 AMP_DTYPES = dt.AMP
 
 
-def expected_dtype(device_type: str, policy: str, amp: torch.dtype, inp: torch.dtype) -> str:
-    rule = POLICY.get(device_type, POLICY["default"])[policy]
+def expected_dtype(widens: bool, policy: str, amp: torch.dtype, inp: torch.dtype) -> str:
+    rule = POLICY[widens][policy]
     dtype = {LOW: amp, FP32: torch.float32, INPUT: inp}[rule]
     return dt.name(dtype)
 
@@ -81,7 +83,7 @@ CASES = [(amp, op, inp) for amp in AMP_DTYPES for op in OPS for inp in ("float32
 @pytest.mark.parametrize("amp,op,inp", CASES, ids=[f"{a}-{o}-in={i}" for a, o, i in CASES])
 def test_autocast_policy(device, results, amp, op, inp):
     policy, fn = OPS[op]
-    amp_dtype, in_dtype = AMP_DTYPES[amp], getattr(torch, inp)
+    amp_dtype, in_dtype = AMP_DTYPES[amp], dt.BY_NAME[inp]
     gen = torch.Generator().manual_seed(7)
     x = torch.randn(8, 16, generator=gen)
     aux = _aux(gen, device.torch_device, in_dtype)
@@ -91,7 +93,7 @@ def test_autocast_policy(device, results, amp, op, inp):
     ref = fn(x.to(in_dtype).double(), {k: v.cpu().double() if v.is_floating_point() else v.cpu()
                                       for k, v in aux.items()})
     got = dt.name(out.dtype)
-    want = expected_dtype(device.type, policy, amp_dtype, in_dtype)
+    want = expected_dtype(device.kind.autocast_widens, policy, amp_dtype, in_dtype)
     # error relative to the output's scale (elementwise relative error is meaningless
     # for matmul outputs near zero)
     err = float((out.cpu().double() - ref).abs().max() / ref.abs().max().clamp_min(1e-12))

@@ -14,7 +14,7 @@ from harness import training
 from harness.results import higher, lower
 from harness.training import localize
 
-AMP_DTYPES = [torch.float16, torch.bfloat16]
+AMP_DTYPES = list(dt.AMP.values())
 
 
 def _name(dtype: torch.dtype) -> str:

@@ -6,11 +6,12 @@ import pytest
 import torch
 
 from harness import data, training
+from harness import dtypes as dt
 from harness.results import equal, lower
 from harness.training import localize
 
 MODELS = ["simplecnn", "resnet", "transformer"]
-DTYPES = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = {"float32": None, "bfloat16": dt.AMP["bfloat16"], "float16": dt.AMP["float16"]}
 CASES = [(m, d) for m in MODELS for d in DTYPES]
 
 

@@ -194,7 +194,7 @@ def test_autocast_low_precision_input(device, results, settings, amp):
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_eval_matches_reference(device, results, settings, dtype):
     """Eval-mode BatchNorm2d in a dtype vs the CPU fp64 formula on the same input."""
-    torch_dtype = getattr(torch, dtype)
+    torch_dtype = dt.BY_NAME[dtype]
     x = (_batches(settings.seed, 1, (8, C, 7, 7))[0] * 2).to(torch_dtype)
     bn = _eval_bn(settings.seed).to(torch_dtype)
     with device.scope(), torch.no_grad():

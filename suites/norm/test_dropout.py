@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from harness import dtypes as dt
 from harness.results import equal
 
 N = 1 << 16
@@ -16,7 +17,7 @@ CASES = [(d, p) for d in ("float32", "bfloat16", "float16") for p in (0.1, 0.5)]
 
 @pytest.mark.parametrize("dtype,p", CASES, ids=[f"{d}-p={p}" for d, p in CASES])
 def test_dropout_train_scales_kept(device, results, dtype, p):
-    torch_dtype = getattr(torch, dtype)
+    torch_dtype = dt.BY_NAME[dtype]
     x = torch.ones(N, dtype=torch_dtype)
     with device.scope():
         out = F.dropout(x.to(device.torch_device), p=p, training=True).float().cpu()

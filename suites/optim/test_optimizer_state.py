@@ -221,7 +221,7 @@ def test_low_precision_param_state(device, results, settings, name, variant, dty
     """Record the state dtypes the DUT keeps for 16-bit parameters (no verdict on them:
     a change between stacks is what the baseline flags)."""
     seed, record_id = settings.seed, f"optim/{name}/{dtype}/{variant}/state_dtypes"
-    model = _mlp(seed).to(getattr(torch, dtype))
+    model = _mlp(seed).to(dt.BY_NAME[dtype])
     with device.scope():
         model.to(device.torch_device)
         params = list(model.parameters())
