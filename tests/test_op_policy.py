@@ -8,8 +8,8 @@ import warnings
 import pytest
 import torch
 
-from harness import faults, opinfo
-from harness.ops import BY_NAME, policy, run_case
+from harness import faults
+from harness.ops import BY_NAME, opinfo, policy, run_case
 from harness.ops.spec import case_seed, materialize
 
 # ------------------------------------------------------------------------ exceptions
@@ -161,7 +161,7 @@ def test_records_name_the_aten_ops_of_their_dut_computation(cpu):
 
 
 def test_catalog_records_a_cpu_fallback_like_the_sweep(cpu, monkeypatch):
-    from harness.fault_catalog.opinfo import SORT_FALLBACK
+    from harness.faults.catalog.opinfo import SORT_FALLBACK
 
     monkeypatch.setattr(faults, "_active", [SORT_FALLBACK])
     entry = BY_NAME["sort"]

@@ -1,4 +1,4 @@
-"""The OpInfo sweep's logic (harness.opinfo): ids, selection, statuses, budget."""
+"""The OpInfo sweep's logic (harness.ops.opinfo): ids, selection, statuses, budget."""
 
 import json
 import shutil
@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import faults, opinfo, regress
-from harness.fault_catalog.opinfo import CUMSUM_UNSUPPORTED, SORT_FALLBACK
+from harness import faults, regress
+from harness.faults.catalog.opinfo import CUMSUM_UNSUPPORTED, SORT_FALLBACK
+from harness.ops import opinfo
 from harness.results import Record
 
 ROOT = Path(__file__).resolve().parents[1]

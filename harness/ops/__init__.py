@@ -8,6 +8,10 @@
 * :mod:`harness.ops.policy`: the one op policy (exceptions, standards, judging, watching a
   DUT call) the catalog, the OpInfo sweep and the distributed checks share.
 * :mod:`harness.ops.keywords`: keyword-argument coverage of the catalog.
+* :mod:`harness.ops.opinfo`: breadth, PyTorch's OpInfo database swept on the DUT.
+* :mod:`harness.ops.edge`: edge values (inf, NaN, subnormals) and the agreement rule.
+
+The last two are imported by the suites that use them, not here.
 """
 
 from harness.ops.catalog import BY_NAME, CATALOG
