@@ -80,10 +80,9 @@ def test_model_case(factory, subject, device, results, settings):
     from harness.model.cases import run_model_case
 
     _capture_failed(subject, factory)
-    for result in run_model_case(device, subject, settings.seed,
-                                 _reproduce(results, settings, factory)):
-        results.record(result.id, status=result.status, metrics=result.metrics,
-                       rules=result.rules, message=result.message, info=result.info)
+    for outcome in run_model_case(device, subject, settings.seed,
+                                  _reproduce(results, settings, factory)):
+        outcome.record(results)
     if all(r.status == "skip" for r in results.records):
         pytest.skip(results.records[0].message or "nothing to compare")
 

@@ -60,13 +60,11 @@ def _run(entry, dtypes, slow, device, results, settings) -> None:
             ran += 1
             message = ""
             if outcome.status != "pass":
-                message = (f"{outcome.message()}\n(device {device.type}, dtype {dtype}, "
-                           f"standard {entry.standard if outcome.direction == 'fwd' else entry.gradient_standard})"
-                           f"\nreproduce: {results.reproduce} "
-                           f"--op-filter '{filter_regex(outcome.case_id)}'")
-            results.record(outcome.record_id, status=outcome.status,
-                           metrics=outcome.metrics(), rules=outcome.rules(), message=message,
-                           info=outcome.info)
+                case = case_id(entry.name, dtype, outcome.direction, sample.name)
+                message = (f"{outcome.message}\n(device {device.type}, dtype {dtype}, "
+                           f"standard {outcome.standard})\nreproduce: {results.reproduce} "
+                           f"--op-filter '{filter_regex(case)}'")
+            outcome.record(results, message)
     if not ran:
         pytest.skip(f"no {entry.name} case matches --op-filter {settings.op_filter!r}")
 

@@ -50,8 +50,7 @@ def _check(case, device, results, budget):
     op = opinfo.find_op(OP_DB, case.key)
     outcomes = opinfo.run_case(op, case, device, budget=budget, reproduce=results.reproduce)
     for outcome in outcomes:
-        results.record(outcome.id, status=outcome.status, metrics=outcome.metrics,
-                       rules=outcome.rules, message=outcome.message, info=outcome.info)
+        outcome.record(results)
     skipped = [o for o in outcomes if o.status == "skip"]
     if skipped and len(skipped) == len(outcomes):
         pytest.skip(skipped[0].message)
