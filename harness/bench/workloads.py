@@ -7,8 +7,8 @@ overhead; gradient checkpointing's time cost; all_reduce bus bandwidth (the last
 are in :mod:`suites.bench` because they time something other than one step).
 
 A workload's ``build(device, scale)`` returns a :class:`Prepared` step (the DUT's work,
-run by the timing glue inside the DUT scope) or raises :class:`Unsupported` with the
-reason (recorded as status ``unsupported``).
+run by the timing glue inside the DUT scope) or raises :class:`WorkloadUnsupported` with
+the reason (recorded as status ``unsupported``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import torch
 from harness.bench.stats import Policy
 
 
-class Unsupported(Exception):
+class WorkloadUnsupported(Exception):
     """The device cannot run this workload; the message is the reason."""
 
 
@@ -68,10 +68,11 @@ def _amp_supported(device, dtype) -> None:
             a = torch.ones(4, 4, device=device.torch_device)
             out = a @ a
         if out.dtype != dtype:
-            raise Unsupported(f"autocast({dtype}) on {device.type} does not cast matmul "
-                              f"(got {out.dtype})")
+            raise WorkloadUnsupported(f"autocast({dtype}) on {device.type} does not cast "
+                                      f"matmul (got {out.dtype})")
     except (RuntimeError, ValueError, TypeError) as exc:
-        raise Unsupported(f"autocast({dtype}) is not available on {device.type}: {exc}") from exc
+        raise WorkloadUnsupported(f"autocast({dtype}) is not available on {device.type}: "
+                                  f"{exc}") from exc
 
 
 def _train(model_fn: Callable[[str], torch.nn.Module], precision: str):
@@ -200,8 +201,8 @@ class _Images(torch.utils.data.Dataset):
 def _loader(workers: int, pin: bool):
     def build(device, scale):
         if pin and not device.is_accelerator:
-            raise Unsupported("pin_memory needs an accelerator (pinned host memory is for "
-                              "copies to a device; the DUT is the CPU)")
+            raise WorkloadUnsupported("pin_memory needs an accelerator (pinned host memory is "
+                                      "for copies to a device; the DUT is the CPU)")
         loader = torch.utils.data.DataLoader(
             _Images(512), batch_size=64, num_workers=workers, pin_memory=pin,
             persistent_workers=workers > 0)
