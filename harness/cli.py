@@ -192,7 +192,7 @@ def _cmd_faults(args: argparse.Namespace) -> int:
         return 0
     progress = None if args.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
     clean, found = fault_check.check(selected, root=ROOT, device=args.device, jobs=args.jobs,
-                                    timeout=args.timeout, progress=progress)
+                                     timeout=args.timeout, progress=progress)
     if args.json:
         print(json.dumps(fault_check.report_json(clean, found), indent=1))
     else:

@@ -22,7 +22,7 @@ FAULTS = sorted(name for name, fault in faults.registry().items()
 @pytest.fixture(scope="module")
 def matrix():
     clean, found = fault_check.check([faults.registry()[n] for n in FAULTS], root=ROOT,
-                                    device="cpu", jobs=2)
+                                     device="cpu", jobs=2)
     print(fault_check.report_text(clean, found))
     return clean, {r.fault.name: r for r in found}
 

@@ -84,10 +84,11 @@ def test_a_fault_whose_checks_all_skip_is_not_applicable_not_caught():
     from harness.faults import check as fault_check
 
     fault = faults.registry()["example.add_drift"]
-    skipped = fault_check.FaultResult(fault, fault_check.RunOutcome(0, {"a::b": "skipped"}, 1, ""))
+    skipped = fault_check.FaultResult(fault,
+                                      fault_check.RunOutcome(0, {"a::b": "skipped"}, 1, ""))
     crashed = fault_check.FaultResult(fault, fault_check.RunOutcome(3, {}, 1, "boom"))
     assert not skipped.applicable and skipped.ok and not skipped.caught
     assert crashed.applicable and not crashed.ok
     text = fault_check.report_text(fault_check.RunOutcome(0, {"x": "passed"}, 1, ""),
-                                  [skipped, crashed])
+                                   [skipped, crashed])
     assert "0/1 faults caught; NOT caught: example.add_drift; 1 not applicable here" in text

@@ -76,8 +76,8 @@ def test_every_family_has_an_audit_and_each_says_what_it_does_not_list():
 def _every_listed_check_fails(fault):
     with tempfile.TemporaryDirectory() as tmp:
         run = fault_check.run_pytest([*fault.checks, *fault.pytest_args, "--device", "cpu",
-                                     "--baseline", "off", "--inject-fault", fault.name],
-                                    Path(tmp), root=ROOT, timeout=900)
+                                      "--baseline", "off", "--inject-fault", fault.name],
+                                     Path(tmp), root=ROOT, timeout=900)
     ran = {n: o for n, o in run.outcomes.items() if o != "skipped"}
     assert ran, run.output[-2000:]
     survivors = sorted(n for n, o in ran.items() if o != "failed")
