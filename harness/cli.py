@@ -170,7 +170,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------- faults
 
 def _cmd_faults(args: argparse.Namespace) -> int:
-    from harness import faultcheck, faults
+    from harness import faults
+    from harness.faults import check as fault_check
 
     try:
         known = faults.registry()
@@ -192,13 +193,13 @@ def _cmd_faults(args: argparse.Namespace) -> int:
             print(f"{fault.name:<{width}}  [{fault.family}] {fault.description}")
         return 0
     progress = None if args.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
-    clean, found = faultcheck.check(selected, root=ROOT, device=args.device, jobs=args.jobs,
-                                    timeout=args.timeout, progress=progress)
+    clean, found = fault_check.check(selected, root=ROOT, device=args.device, jobs=args.jobs,
+                                     timeout=args.timeout, progress=progress)
     if args.json:
-        print(json.dumps(faultcheck.report_json(clean, found), indent=1))
+        print(json.dumps(fault_check.report_json(clean, found), indent=1))
     else:
-        print(faultcheck.report_text(clean, found))
-    ok = faultcheck.clean_ok(clean) and all(r.ok for r in found)
+        print(fault_check.report_text(clean, found))
+    ok = fault_check.clean_ok(clean) and all(r.ok for r in found)
     return 0 if ok else 1
 
 

@@ -137,7 +137,7 @@ def test_bench_eval_knows_its_faults():
 # ---------------------------------------------------------------------- faults
 
 def test_the_step_fault_is_proportional_to_the_work_it_slows():
-    from harness.fault_catalog.bench import _slower_scope
+    from harness.faults.catalog.bench import _slower_scope
 
     device = Device("cpu")
     start = time.process_time()
@@ -151,7 +151,7 @@ def test_the_step_fault_is_proportional_to_the_work_it_slows():
 def test_the_amp_fault_leaves_fp32_alone():
     import torch
 
-    from harness.fault_catalog.bench import _slower_scope, spin
+    from harness.faults.catalog.bench import _slower_scope, spin
 
     device = Device("cpu")
     start = time.process_time()

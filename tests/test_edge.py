@@ -1,13 +1,14 @@
-"""Edge-value helpers (harness.edge): specials, classes, and the agreement rule."""
+"""Edge-value helpers (harness.ops.edge): specials, classes, and the agreement rule."""
 
 import math
 
 import pytest
 import torch
 
-from harness import edge, faults
+from harness import faults
 from harness.compare import nonfinite_classes
-from harness.fault_catalog.opinfo import EXP_INF_NAN
+from harness.faults.catalog.opinfo import EXP_INF_NAN
+from harness.ops import edge
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])

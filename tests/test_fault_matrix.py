@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import faultcheck, faults
+from harness import faults
+from harness.faults import check as fault_check
 
 ROOT = Path(__file__).resolve().parent.parent
 OPT_IN_FAMILIES = ("bench",)
@@ -20,15 +21,15 @@ FAULTS = sorted(name for name, fault in faults.registry().items()
 
 @pytest.fixture(scope="module")
 def matrix():
-    clean, found = faultcheck.check([faults.registry()[n] for n in FAULTS], root=ROOT,
-                                    device="cpu", jobs=2)
-    print(faultcheck.report_text(clean, found))
+    clean, found = fault_check.check([faults.registry()[n] for n in FAULTS], root=ROOT,
+                                     device="cpu", jobs=2)
+    print(fault_check.report_text(clean, found))
     return clean, {r.fault.name: r for r in found}
 
 
 def test_clean_run_is_green(matrix):
     clean, _ = matrix
-    assert faultcheck.clean_ok(clean), (
+    assert fault_check.clean_ok(clean), (
         f"the clean run failed: {clean.failed}\n{clean.output[-3000:]}")
 
 

@@ -81,13 +81,14 @@ def test_faults_reach_child_processes_through_the_environment():
 
 
 def test_a_fault_whose_checks_all_skip_is_not_applicable_not_caught():
-    from harness import faultcheck
+    from harness.faults import check as fault_check
 
     fault = faults.registry()["example.add_drift"]
-    skipped = faultcheck.FaultResult(fault, faultcheck.RunOutcome(0, {"a::b": "skipped"}, 1, ""))
-    crashed = faultcheck.FaultResult(fault, faultcheck.RunOutcome(3, {}, 1, "boom"))
+    skipped = fault_check.FaultResult(fault,
+                                      fault_check.RunOutcome(0, {"a::b": "skipped"}, 1, ""))
+    crashed = fault_check.FaultResult(fault, fault_check.RunOutcome(3, {}, 1, "boom"))
     assert not skipped.applicable and skipped.ok and not skipped.caught
     assert crashed.applicable and not crashed.ok
-    text = faultcheck.report_text(faultcheck.RunOutcome(0, {"x": "passed"}, 1, ""),
-                                  [skipped, crashed])
+    text = fault_check.report_text(fault_check.RunOutcome(0, {"x": "passed"}, 1, ""),
+                                   [skipped, crashed])
     assert "0/1 faults caught; NOT caught: example.add_drift; 1 not applicable here" in text

@@ -71,8 +71,8 @@ def test_entries_for_selects_by_device_type_and_stack_glob():
 
 
 def test_record_globs_match_the_records_a_catalog_test_writes():
-    from harness.opinfo import OpInfoCase
     from harness.ops import BY_NAME
+    from harness.ops.opinfo import OpInfoCase
 
     catalog = types.SimpleNamespace(
         nodeid="suites/ops/test_catalog.py::test_op[erfinv-bfloat16]",

@@ -193,7 +193,7 @@ def test_max_batch_search_stops_at_what_the_device_calls_an_oom():
 
 def test_hidden_workspace_fault_is_seen_in_the_peak(cpu):
     faults.set_active(["memory.mm_hidden_workspace"])
-    from harness.fault_catalog.memory import WORKSPACE_FACTOR
+    from harness.faults.catalog.memory import WORKSPACE_FACTOR
 
     a, b = torch.randn(16, 8), torch.randn(8, 32)
     with memory.measure(cpu) as meter:

@@ -219,7 +219,7 @@ def test_every_case_of_a_clean_step_passes_with_stable_ids(tiny_capture):
     assert all(i.startswith("model/tiny/aten.") for i in ids)
     assert any(i.endswith("/bwd") for i in ids), "forward ops with grads get a backward"
     addmm = next(r for r in results if "/aten.addmm.default/" in r.id and r.id.endswith("fwd"))
-    assert addmm.info["standard"] == "ulp"
+    assert addmm.standard == "ulp" and addmm.record_info["standard"] == "ulp"
 
 
 def test_replay_keeps_the_captured_strides():

@@ -8,8 +8,8 @@ import warnings
 import pytest
 import torch
 
-from harness import faults, opinfo
-from harness.ops import BY_NAME, policy, run_case
+from harness import faults
+from harness.ops import BY_NAME, OpOutcome, opinfo, policy, run_case
 from harness.ops.spec import case_seed, materialize
 
 # ------------------------------------------------------------------------ exceptions
@@ -83,7 +83,7 @@ def test_sweep_judges_add_by_the_same_standard_as_the_catalog():
     assert policy.standard_for(case.key, case.dtype) == BY_NAME["add"].standard == "absolute"
 
 
-# ------------------------------------------------------- one op through both pipelines
+# ------------------------------------------------------ one op through every pipeline
 
 @dataclasses.dataclass
 class _SampleInput:
@@ -136,17 +136,54 @@ def test_same_op_gets_same_status_standard_and_metrics_in_each_pipeline(op, dtyp
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         sweep = opinfo.run_case(fake, opinfo.OpInfoCase(op, dtype), cpu)
-    by_direction = {o.id.split("/")[3]: o for o in sweep}
+    by_direction = {o.direction: o for o in sweep}
 
     assert set(by_direction) == set(catalog) == {"fwd", "bwd"}
     for direction, mine in catalog.items():
         theirs = by_direction[direction]
+        assert type(theirs) is type(mine) is OpOutcome
+        assert theirs.id.split("/")[3] == mine.id.split("/")[3] == direction
         assert theirs.status == mine.status == "pass", theirs.message
         standard = entry.standard if direction == "fwd" else entry.gradient_standard
-        assert theirs.info["standard"] == standard
-        assert theirs.metrics == mine.metrics()
-        assert theirs.rules == mine.rules()
+        assert theirs.standard == mine.standard == standard
+        assert theirs.record_info["standard"] == mine.record_info["standard"] == standard
+        assert theirs.metrics == mine.metrics
+        assert theirs.rules == mine.rules
         assert theirs.info["aten_ops"] == mine.info["aten_ops"]
+        assert theirs.fallback == mine.fallback == []
+
+
+class _ExpModel(torch.nn.Module):
+    """A model whose one unusual op is ``exp``: its model case runs the catalog's exp."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.full((8,), 0.5))
+
+    def forward(self, x):
+        return torch.exp(x * self.scale)
+
+
+def test_model_case_of_an_op_answers_like_its_catalog_row(cpu):
+    from harness.model import capture, cases, spec
+
+    torch.manual_seed(0)
+    model = spec.ModelSpec("expnet", "tests:expnet", _ExpModel(), (torch.randn(4, 8),))
+    built = cases.build_cases(capture.capture_step(model))
+    case = next(c for c in built if c.call.op == "aten.exp.default")
+    ours = {o.direction: o for o in cases.run_model_case(cpu, case)}
+    entry = BY_NAME["exp"]
+    catalog = {o.direction: o for o in run_case(cpu, entry, "float32", entry.samples[0])}
+
+    assert set(ours) == set(catalog) == {"fwd", "bwd"}
+    for direction, mine in catalog.items():
+        theirs = ours[direction]
+        assert type(theirs) is type(mine) is OpOutcome
+        assert theirs.id == f"model/expnet/aten.exp.default/{case.call.digest}/{direction}"
+        assert theirs.status == mine.status == "pass", theirs.message
+        assert theirs.standard == mine.standard
+        assert set(theirs.metrics) == set(mine.metrics)  # other inputs, the same judgement
+        assert set(theirs.rules) == set(mine.rules)
 
 
 # -------------------------------------------------------------------------- watching
@@ -161,11 +198,12 @@ def test_records_name_the_aten_ops_of_their_dut_computation(cpu):
 
 
 def test_catalog_records_a_cpu_fallback_like_the_sweep(cpu, monkeypatch):
-    from harness.fault_catalog.opinfo import SORT_FALLBACK
+    from harness.faults.catalog.opinfo import SORT_FALLBACK
 
     monkeypatch.setattr(faults, "_active", [SORT_FALLBACK])
     entry = BY_NAME["sort"]
     out = run_case(cpu, entry, "float32", entry.samples[0])
     assert out and {o.status for o in out} == {"fallback"}
-    assert out[0].info["fallback_ops"] == ["aten::sort.stable"]
-    assert "host CPU" in out[0].message()
+    assert out[0].fallback == ["aten::sort.stable"]
+    assert out[0].record_info["fallback_ops"] == ["aten::sort.stable"]
+    assert "host CPU" in out[0].message

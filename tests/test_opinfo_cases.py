@@ -1,4 +1,4 @@
-"""The OpInfo sweep's logic (harness.opinfo): ids, selection, statuses, budget."""
+"""The OpInfo sweep's logic (harness.ops.opinfo): ids, selection, statuses, budget."""
 
 import json
 import shutil
@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import faults, opinfo, regress
-from harness.fault_catalog.opinfo import CUMSUM_UNSUPPORTED, SORT_FALLBACK
+from harness import faults, regress
+from harness.faults.catalog.opinfo import CUMSUM_UNSUPPORTED, SORT_FALLBACK
+from harness.ops import opinfo
 from harness.results import Record
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,8 +100,8 @@ def test_random_op_is_recorded_as_skip_with_its_reason(op_db, cpu):
 
 def test_supported_op_passes_forward_and_backward(op_db, cpu):
     out = opinfo.run_case(opinfo.find_op(op_db, "cumsum"), _case("cumsum"), cpu)
-    kinds = {o.id.split("/")[3] for o in out}
-    assert kinds == {"fwd", "bwd"} and all(o.status == "pass" for o in out)
+    assert {o.id.split("/")[3] for o in out} == {o.direction for o in out} == {"fwd", "bwd"}
+    assert all(o.status == "pass" for o in out)
     assert all(o.metrics and o.rules for o in out)
 
 
@@ -129,7 +130,8 @@ def test_cpu_fallback_warning_gives_fallback_status(op_db, cpu, monkeypatch):
     monkeypatch.setattr(faults, "_active", [SORT_FALLBACK])
     out = opinfo.run_case(opinfo.find_op(op_db, "sort"), _case("sort"), cpu)
     assert out and all(o.status == "fallback" for o in out)
-    assert "aten::sort.stable" in out[0].info["fallback_ops"]
+    assert "aten::sort.stable" in out[0].fallback
+    assert out[0].record_info["fallback_ops"] == out[0].fallback
 
 
 @pytest.mark.parametrize("exc,status", [

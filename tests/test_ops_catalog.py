@@ -77,18 +77,18 @@ def test_runner_passes_exp_forward_and_backward_in_every_dtype():
     for dtype in entry.dtypes:
         outcomes = run_case(CPU, entry, dtype, _sample(entry, "odd257"))
         assert [o.direction for o in outcomes] == ["fwd", "bwd"]
-        assert all(o.status == "pass" for o in outcomes), [o.message() for o in outcomes]
-        assert outcomes[0].record_id == f"ops/exp/{dtype}/fwd/odd257"
-        assert "max_rel_err" in outcomes[0].metrics()
+        assert all(o.status == "pass" for o in outcomes), [o.message for o in outcomes]
+        assert outcomes[0].id == f"ops/exp/{dtype}/fwd/odd257"
+        assert "max_rel_err" in outcomes[0].metrics
 
 
 def test_runner_is_reproducible_from_the_case_id_and_seed():
     entry = BY_NAME["softmax"]
     sample = _sample(entry, "typical")
-    first = run_case(CPU, entry, "bfloat16", sample, seed=3)[0].metrics()
+    first = run_case(CPU, entry, "bfloat16", sample, seed=3)[0].metrics
     torch.manual_seed(1234)  # the global RNG must not matter
-    again = run_case(CPU, entry, "bfloat16", sample, seed=3)[0].metrics()
-    other = run_case(CPU, entry, "bfloat16", sample, seed=4)[0].metrics()
+    again = run_case(CPU, entry, "bfloat16", sample, seed=3)[0].metrics
+    other = run_case(CPU, entry, "bfloat16", sample, seed=4)[0].metrics
     assert first == again
     assert first != other
 
@@ -98,7 +98,7 @@ def test_runner_integer_dtype_has_no_backward_and_is_exact():
     outcomes = run_case(CPU, entry, "int32", _sample(entry, "bcast"))
     assert [o.direction for o in outcomes] == ["fwd"]
     assert outcomes[0].status == "pass"
-    assert "mismatched" in outcomes[0].metrics()
+    assert "mismatched" in outcomes[0].metrics
 
 
 def test_runner_fails_a_faulty_kernel_inside_the_scope_only(monkeypatch):
@@ -109,7 +109,7 @@ def test_runner_fails_a_faulty_kernel_inside_the_scope_only(monkeypatch):
     entry = BY_NAME["exp"]
     fwd, bwd = run_case(CPU, entry, "float32", _sample(entry, "typical"))
     assert fwd.status == "fail"
-    assert "max_rel_err" in fwd.message() and "limit 10x" in fwd.message()
+    assert "max_rel_err" in fwd.message and "limit 10x" in fwd.message
     assert bwd.status == "fail"  # exp's backward reuses the faulty forward output
 
 
@@ -133,7 +133,7 @@ def test_runner_reports_errors_and_unsupported_dtypes():
     sample = Sample("typical", (T((4, 4)),))
     err = run_case(CPU, OpEntry("broken", broken, (sample,)), "float32", sample)
     assert {o.status for o in err} == {"error"}
-    assert "kernel exploded" in err[0].message()
+    assert "kernel exploded" in err[0].message
     uns = run_case(CPU, OpEntry("missing", missing, (sample,)), "float16", sample)
     assert {o.status for o in uns} == {"unsupported"}
 
@@ -145,7 +145,7 @@ def test_runner_catches_nan_turned_into_zero(monkeypatch):
     monkeypatch.setattr(faults, "_active", [fault])
     entry = BY_NAME["log"]
     fwd = run_case(CPU, entry, "float32", _sample(entry, "negatives"))[0]
-    assert fwd.status == "fail" and "NaN/Inf" in fwd.message()
+    assert fwd.status == "fail" and "NaN/Inf" in fwd.message
 
 
 # ------------------------------------------------------------------- dropout judge
@@ -159,8 +159,8 @@ DROPOUT_SAMPLE = Sample("p0.3", (T((64, 64), "nonzero"),), {"p": 0.3, "training"
 
 def test_dropout_judge_passes_torch_dropout():
     out = run_case(CPU, _dropout_entry(F.dropout), "float16", DROPOUT_SAMPLE)
-    assert [o.status for o in out] == ["pass", "pass"], [o.message() for o in out]
-    assert abs(out[0].metrics()["keep_rate"] - 0.7) < 0.05
+    assert [o.status for o in out] == ["pass", "pass"], [o.message for o in out]
+    assert abs(out[0].metrics["keep_rate"] - 0.7) < 0.05
 
 
 def test_dropout_judge_fails_a_wrong_keep_rate():
@@ -168,7 +168,7 @@ def test_dropout_judge_fails_a_wrong_keep_rate():
         return F.dropout(x, min(1.0, p * 1.5), training) * ((1 - p * 1.5) / (1 - p))
 
     out = run_case(CPU, _dropout_entry(drops_too_much), "float32", DROPOUT_SAMPLE)
-    assert out[0].status == "fail" and "keep rate" in out[0].message()
+    assert out[0].status == "fail" and "keep rate" in out[0].message
 
 
 def test_dropout_judge_fails_a_wrong_scale():
@@ -176,7 +176,7 @@ def test_dropout_judge_fails_a_wrong_scale():
         return F.dropout(x, p, training) * (1 - p)
 
     out = run_case(CPU, _dropout_entry(unscaled), "float32", DROPOUT_SAMPLE)
-    assert out[0].status == "fail" and "1/(1-p)" in out[0].message()
+    assert out[0].status == "fail" and "1/(1-p)" in out[0].message
 
 
 # ------------------------------------------------------------------- the suite, end to end

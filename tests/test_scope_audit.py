@@ -1,4 +1,4 @@
-"""The DUT-scope audit (harness/fault_catalog/audit.py, Note [DUT-scope audit])."""
+"""The DUT-scope audit (harness/faults/audit.py, Note [DUT-scope audit])."""
 
 import tempfile
 from pathlib import Path
@@ -6,8 +6,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import faultcheck, faults
-from harness.fault_catalog import audit
+from harness import faults
+from harness.faults import audit
+from harness.faults import check as fault_check
 
 ROOT = Path(__file__).resolve().parents[1]
 FACTOR = 1 + audit.SHIFT
@@ -74,9 +75,9 @@ def test_every_family_has_an_audit_and_each_says_what_it_does_not_list():
 
 def _every_listed_check_fails(fault):
     with tempfile.TemporaryDirectory() as tmp:
-        run = faultcheck.run_pytest([*fault.checks, *fault.pytest_args, "--device", "cpu",
-                                     "--baseline", "off", "--inject-fault", fault.name],
-                                    Path(tmp), root=ROOT, timeout=900)
+        run = fault_check.run_pytest([*fault.checks, *fault.pytest_args, "--device", "cpu",
+                                      "--baseline", "off", "--inject-fault", fault.name],
+                                     Path(tmp), root=ROOT, timeout=900)
     ran = {n: o for n, o in run.outcomes.items() if o != "skipped"}
     assert ran, run.output[-2000:]
     survivors = sorted(n for n, o in ran.items() if o != "failed")

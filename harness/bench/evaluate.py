@@ -52,7 +52,7 @@ PYTEST_BENCHMARK_RULE = "median:10%"
 
 def fault_for(slowdown: float) -> str:
     """The whole-step fault of a slow-down (``0.15`` -> ``bench.slow_step_15``)."""
-    from harness.fault_catalog.bench import SLOWDOWNS
+    from harness.faults.catalog.bench import SLOWDOWNS
 
     percent = round(slowdown * 100)
     if percent not in SLOWDOWNS or abs(percent - slowdown * 100) > 1e-6:

@@ -44,7 +44,7 @@ class MissingDependency(RuntimeError):
 
 
 @dataclasses.dataclass
-class Change:
+class ChangePoint:
     """A change point: ``index`` is the first run after the change."""
 
     index: int
@@ -87,7 +87,7 @@ def noise_scale(values: Sequence[float]) -> float:
 
 def change_points(values: Sequence[float], *, alpha: float = DEFAULT_ALPHA,
                   min_effect: float = DEFAULT_MIN_EFFECT,
-                  min_size: int = MIN_SIZE) -> list[Change]:
+                  min_size: int = MIN_SIZE) -> list[ChangePoint]:
     """Significant level changes of one series (Note [Change points])."""
     import numpy as np
     from scipy.stats import mannwhitneyu
@@ -113,7 +113,7 @@ def change_points(values: Sequence[float], *, alpha: float = DEFAULT_ALPHA,
         effect = abs(after - before) / abs(before) if before else math.inf
         p_value = float(mannwhitneyu(left, right, alternative="two-sided").pvalue)
         if p_value < alpha and effect >= min_effect:
-            found.append(Change(cuts[k], before, after, p_value))
+            found.append(ChangePoint(cuts[k], before, after, p_value))
     return found
 
 

@@ -19,7 +19,7 @@ from typing import Optional
 
 from harness.bench.stats import BenchVerdict, Policy, judge
 from harness.bench.timing import RunStat, bench_rounds, run_values, time_plain
-from harness.bench.workloads import Prepared, Unsupported, Workload
+from harness.bench.workloads import Prepared, Workload, WorkloadUnsupported
 
 
 @dataclasses.dataclass
@@ -77,7 +77,7 @@ class BenchContext:
             return None
         try:
             prepared: Prepared = workload.build(self.device, self.scale)
-        except Unsupported as exc:
+        except WorkloadUnsupported as exc:
             benchmark.skipped = True  # pytest-benchmark: not timed on purpose (no warning)
             recorder.record(record_id, status="unsupported", message=str(exc),
                             info={"bench_verdict": "unsupported", "reason": str(exc)})

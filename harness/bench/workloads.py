@@ -7,8 +7,8 @@ overhead; gradient checkpointing's time cost; all_reduce bus bandwidth (the last
 are in :mod:`suites.bench` because they time something other than one step).
 
 A workload's ``build(device, scale)`` returns a :class:`Prepared` step (the DUT's work,
-run by the timing glue inside the DUT scope) or raises :class:`Unsupported` with the
-reason (recorded as status ``unsupported``).
+run by the timing glue inside the DUT scope) or raises :class:`WorkloadUnsupported` with
+the reason (recorded as status ``unsupported``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from harness import dtypes as dt
 from harness.bench.stats import Policy
 
 
-class Unsupported(Exception):
+class WorkloadUnsupported(Exception):
     """The device cannot run this workload; the message is the reason."""
 
 
@@ -68,7 +68,7 @@ def _amp_supported(device, dtype) -> None:
     (``Device.autocast_unsupported``: the row's ``amp_dtypes``, then a tiny matmul)."""
     reason = device.autocast_unsupported(dtype)
     if reason is not None:
-        raise Unsupported(reason)
+        raise WorkloadUnsupported(reason)
 
 
 def _train(model_fn: Callable[[str], torch.nn.Module], precision: str):
@@ -197,8 +197,8 @@ class _Images(torch.utils.data.Dataset):
 def _loader(workers: int, pin: bool):
     def build(device, scale):
         if pin and not device.is_accelerator:
-            raise Unsupported("pin_memory needs an accelerator (pinned host memory is for "
-                              "copies to a device; the DUT is the CPU)")
+            raise WorkloadUnsupported("pin_memory needs an accelerator (pinned host memory is "
+                                      "for copies to a device; the DUT is the CPU)")
         loader = torch.utils.data.DataLoader(
             _Images(512), batch_size=64, num_workers=workers, pin_memory=pin,
             persistent_workers=workers > 0)

@@ -179,7 +179,7 @@ class Call:
 
 
 @dataclasses.dataclass
-class Capture:
+class StepCapture:
     """Everything one captured step saw."""
 
     model: str
@@ -381,7 +381,7 @@ def _first_output(value: Any) -> torch.Tensor:
 
 
 def capture_step(spec: ModelSpec, *, amp: Optional[torch.dtype] = None,
-                 optimizer: str = "sgd", seed: int = 0) -> Capture:
+                 optimizer: str = "sgd", seed: int = 0) -> StepCapture:
     """One training step of ``spec.module`` on the CPU, every distinct aten call kept.
 
     Args:
@@ -390,7 +390,7 @@ def capture_step(spec: ModelSpec, *, amp: Optional[torch.dtype] = None,
         optimizer: a key of :data:`OPTIMIZERS`.
         seed: seeds the loss target.
     Returns:
-        A :class:`Capture`; the calls are in first-seen order.
+        A :class:`StepCapture`; the calls are in first-seen order.
     """
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"--optimizer {optimizer!r}: choose from {', '.join(OPTIMIZERS)}")
@@ -423,6 +423,6 @@ def capture_step(spec: ModelSpec, *, amp: Optional[torch.dtype] = None,
             opt.zero_grad(set_to_none=True)
     seconds = time.perf_counter() - start
     inputs = ["x".join(map(str, t.shape)) + f":{dtype_name(t.dtype)}" for t in spec.inputs]
-    return Capture(spec.name, spec.factory, inputs,
+    return StepCapture(spec.name, spec.factory, inputs,
                    dtype_name(amp) if amp is not None else None, optimizer,
                    list(mode.calls.values()), float(loss.detach()), seconds)

@@ -1,6 +1,6 @@
 """Every captured call as a conformance case, judged exactly as the op catalog judges.
 
-Each distinct (op, signature) of a :class:`~harness.model.capture.Capture` becomes an
+Each distinct (op, signature) of a :class:`~harness.model.capture.StepCapture` becomes an
 :class:`~harness.ops.spec.OpEntry` with one :class:`~harness.ops.spec.Sample` of the
 captured shapes, dtypes and strides, and runs through the catalog's own runner
 (:func:`harness.ops.runner.run_case`): seeded inputs, the DUT inside ``device.scope()``,
@@ -49,10 +49,11 @@ from harness.model.capture import (
     DEVICE,
     IGNORED_NAMESPACES,
     Call,
-    Capture,
     DevicePlaceholder,
+    StepCapture,
     TensorMeta,
 )
+from harness.ops.outcome import OpOutcome
 from harness.ops.runner import run_case
 from harness.ops.spec import DTYPES, I, M, OpEntry, Sample, T
 
@@ -248,19 +249,6 @@ class ModelCase:
         return f"model/{self.model}/{self.call.op}/{self.call.digest}/{direction}"
 
 
-@dataclasses.dataclass
-class CaseResult:
-    """One record's worth of a model case (what ``Recorder.record`` takes)."""
-
-    id: str
-    status: str
-    metrics: dict = dataclasses.field(default_factory=dict)
-    rules: dict = dataclasses.field(default_factory=dict)
-    message: str = ""
-    info: dict = dataclasses.field(default_factory=dict)
-    fallbacks: list = dataclasses.field(default_factory=list)
-
-
 def _storage_len(shape: tuple[int, ...], stride: tuple[int, ...]) -> int:
     if any(s == 0 for s in shape):
         return 0
@@ -379,51 +367,41 @@ def _has_derivative(entry: OpEntry, sample: Sample, dtype: str) -> bool:
     return False
 
 
-def build_cases(capture: Capture) -> list[ModelCase]:
+def build_cases(capture: StepCapture) -> list[ModelCase]:
     """One case per distinct call, bookkeeping namespaces left out."""
     return [build_case(capture.model, call) for call in capture.calls
             if call.op.split(".", 1)[0] not in IGNORED_NAMESPACES]
 
 
-def run_model_case(device, case: ModelCase, seed: int = 0,
-                   reproduce: str = "") -> list[CaseResult]:
-    """Run one case on the DUT against the CPU references (the catalog's runner)."""
+def run_model_case(device, case: ModelCase, seed: int = 0) -> list[OpOutcome]:
+    """Run one case on the DUT against the CPU references (the catalog's runner).
+
+    The runner's outcomes, with the model's record ids, the captured call's details as
+    ``info`` and the ops the replay saw falling back to the CPU as ``fallback``."""
     info = {"signature": case.call.signature[:500], "phases": dict(case.call.phases),
             "count": case.call.count}
     if case.skip or case.entry is None or case.sample is None:
-        return [CaseResult(case.record_id("fwd"), "skip", message=case.skip, info=info)]
+        return [OpOutcome(case.record_id("fwd"), status="skip", message=case.skip, info=info)]
     replay: Replay = case.entry.fn
     replay.fallbacks.clear()
-    outcomes = run_case(device, case.entry, case.dtype, case.sample, seed, case.directions)
     out = []
-    for outcome in outcomes:
-        standard = (case.entry.standard if outcome.direction == "fwd"
-                    else case.entry.gradient_standard)
+    for outcome in run_case(device, case.entry, case.dtype, case.sample, seed, case.directions):
         status, message = outcome.status, ""
         if status != "pass":
-            message = (f"{outcome.message()}\n"
-                       f"(device {device.type}, dtype {case.dtype}, standard {standard}, "
+            message = (f"{outcome.message}\n"
+                       f"(device {device.type}, dtype {case.dtype}, standard {outcome.standard}, "
                        f"{case.call.op}{case.call.signature[:300]}; "
                        f"{case.call.count} call(s) in {', '.join(case.call.phases)})")
-            if reproduce:
-                message += f"\nreproduce: {reproduce}"
         elif replay.fallbacks:
             status = "fallback"
             message = (f"{case.record_id(outcome.direction)}: the DUT ran "
                        f"{', '.join(replay.fallbacks)} on the host CPU (CPU fallback)")
-        out.append(CaseResult(case.record_id(outcome.direction), status, outcome.metrics(),
-                              outcome.rules(), message, {**info, "standard": standard},
-                              list(replay.fallbacks)))
+        out.append(dataclasses.replace(outcome, id=case.record_id(outcome.direction),
+                                       status=status, message=message, info=dict(info),
+                                       fallback=list(replay.fallbacks)))
     return out
 
 
-def worst(results: Sequence[CaseResult]) -> str:
-    """The worst status among results (error > fail > unsupported > fallback > pass > skip)."""
-    order = ("error", "fail", "unsupported", "fallback", "pass", "skip")
-    found = {r.status for r in results}
-    return next((s for s in order if s in found), "skip")
-
-
-__all__ = ["CASE_DTYPE", "DEVICE", "DEFAULT_STANDARD", "SKIP_OPS", "STANDARDS", "CaseResult",
-           "ModelCase", "Replay", "base_name", "build_case", "build_cases", "run_model_case",
-           "standard_for", "worst"]
+__all__ = ["CASE_DTYPE", "DEVICE", "DEFAULT_STANDARD", "SKIP_OPS", "STANDARDS", "ModelCase",
+           "Replay", "base_name", "build_case", "build_cases", "run_model_case",
+           "standard_for"]

@@ -14,7 +14,7 @@ import time
 from typing import Optional, Sequence
 
 from harness.model import cases as cases_mod
-from harness.model.capture import Capture, capture_step
+from harness.model.capture import StepCapture, capture_step
 from harness.model.inventory import Inventory, inventory
 from harness.model.spec import (
     SpecError,
@@ -24,17 +24,16 @@ from harness.model.spec import (
     parse_tensor_spec,
     parse_tensor_specs,
 )
-
-STATUSES = ("pass", "fail", "error", "unsupported", "fallback", "skip")
+from harness.ops.outcome import STATUSES, OpOutcome
 
 
 @dataclasses.dataclass
 class ModelReport:
     """Capture, inventory and case results of one model on one DUT."""
 
-    capture: Capture
+    capture: StepCapture
     inventory: Inventory
-    results: list[cases_mod.CaseResult]
+    results: list[OpOutcome]
     cases: int
     seconds: float
 
@@ -79,7 +78,7 @@ class ModelReport:
         return {"capture": self.capture.to_json(), "inventory": self.inventory.to_json(),
                 "cases": self.cases, "seconds": round(self.seconds, 2),
                 "counts": self.counts(), "ok": self.ok,
-                "records": [dataclasses.asdict(r) for r in self.results]}
+                "records": [r.to_json() for r in self.results]}
 
 
 def check(factory: str, device, *, inputs: Optional[Sequence[TensorSpec]] = None,
@@ -91,12 +90,12 @@ def check(factory: str, device, *, inputs: Optional[Sequence[TensorSpec]] = None
     capture = capture_step(spec, amp=parse_amp(amp), optimizer=optimizer, seed=seed)
     built = cases_mod.build_cases(capture)
     start = time.perf_counter()
-    results: list[cases_mod.CaseResult] = []
+    results: list[OpOutcome] = []
     if run_cases:
         for case in built:
             results.extend(cases_mod.run_model_case(device, case, seed))
     seconds = time.perf_counter() - start
-    fell = [op for r in results for op in r.fallbacks]
+    fell = [op for r in results for op in r.fallback]
     inv = inventory(capture, device.type, stack_id=stack_id, fallback_ops=fell)
     return ModelReport(capture, inv, results, len(built), seconds)
 

@@ -1,6 +1,6 @@
 """Will it run? The captured ops against the DUT's dispatcher, fallbacks and known failures.
 
-For each distinct op of a :class:`~harness.model.capture.Capture`, :func:`inventory` asks
+For each distinct op of a :class:`~harness.model.capture.StepCapture`, :func:`inventory` asks
 the dispatcher whether the DUT's backend has a kernel
 (``torch._C._dispatch_has_kernel_for_dispatch_key(name, key)``, the key from the device
 type's row, :func:`dispatch_key`), whether it runs through a composite (a decomposition into other
@@ -32,7 +32,7 @@ from typing import Iterable, Optional, Sequence
 import torch
 
 from harness.kinds import KINDS
-from harness.model.capture import IGNORED_NAMESPACES, Capture
+from harness.model.capture import IGNORED_NAMESPACES, StepCapture
 
 
 def dispatch_key(device_type: str) -> str:
@@ -193,7 +193,7 @@ def _known_bad(qualname: str, device_type: str, stack_id: str,
     return ""
 
 
-def inventory(capture: Capture, device_type: str, *, stack_id: str = "",
+def inventory(capture: StepCapture, device_type: str, *, stack_id: str = "",
               fallback_ops: Sequence[str] = (), known_bad: Optional[Iterable[KnownBad]] = None,
               ignored_namespaces: Sequence[str] = IGNORED_NAMESPACES) -> Inventory:
     """The captured ops on one target device type.

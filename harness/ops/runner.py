@@ -5,9 +5,9 @@ dtype name, a sample, a seed), builds the inputs with a seeded generator, runs t
 forward and backward as the DUT (:func:`harness.ops.policy.watch`: inside
 ``device.scope()``, with CPU-fallback capture and the aten ops it dispatched), runs the
 up-cast reference and the low-precision reference outside it, and returns one
-:class:`CaseOutcome` per direction (``fwd``, ``bwd``) with a
-:class:`~harness.compare.Verdict` per output / input gradient. Exceptions, standards and
-judging follow the one op policy (:mod:`harness.ops.policy`), as in the OpInfo sweep.
+:class:`~harness.ops.outcome.OpOutcome` per direction (``fwd``, ``bwd``) with the metrics
+of a :class:`~harness.compare.Verdict` per output / input gradient. Exceptions, standards
+and judging follow the one op policy (:mod:`harness.ops.policy`), as in the OpInfo sweep.
 
 Ids (stable across runs and torch versions: built from catalog names only):
 case id ``<op>-<dtype>-<fwd|bwd>-<sample>`` (what ``--op-filter`` matches) and record id
@@ -17,7 +17,6 @@ case id ``<op>-<dtype>-<fwd|bwd>-<sample>`` (what ``--op-filter`` matches) and r
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import re
 from typing import Any, Optional
 
@@ -25,6 +24,7 @@ import torch
 
 from harness.compare import Verdict
 from harness.ops import policy
+from harness.ops.outcome import OpOutcome
 from harness.ops.spec import DTYPES, UPCAST, OpEntry, Sample, T, case_seed, materialize
 
 DIRECTIONS = ("fwd", "bwd")
@@ -41,55 +41,6 @@ def record_id(op: str, dtype: str, direction: str, sample: str) -> str:
 def filter_regex(case: str) -> str:
     """An ``--op-filter`` value that selects exactly one case id."""
     return "^" + re.sub(r"([.^$*+?{}\[\]\\|()])", r"\\\1", case) + "$"
-
-
-@dataclasses.dataclass
-class CaseOutcome:
-    """One direction of one case: a verdict per output (fwd) or input gradient (bwd).
-
-    ``info`` holds ``aten_ops`` (Note [Aten ops of a record] in :mod:`harness.ops.policy`)
-    and, with status ``fallback``, ``fallback_ops``.
-    """
-
-    op: str
-    dtype: str
-    direction: str
-    sample: str
-    status: str = "pass"                  # pass | fail | error | unsupported | fallback
-    verdicts: dict[str, Verdict] = dataclasses.field(default_factory=dict)
-    error: str = ""
-    info: dict = dataclasses.field(default_factory=dict)
-
-    @property
-    def case_id(self) -> str:
-        return case_id(self.op, self.dtype, self.direction, self.sample)
-
-    @property
-    def record_id(self) -> str:
-        return record_id(self.op, self.dtype, self.direction, self.sample)
-
-    def metrics(self) -> dict[str, float]:
-        single = len(self.verdicts) == 1
-        out: dict[str, float] = {}
-        for label, verdict in self.verdicts.items():
-            for key, value in verdict.metrics.items():
-                out[key if single else f"{label}.{key}"] = value
-        return out
-
-    def rules(self) -> dict:
-        single = len(self.verdicts) == 1
-        out: dict = {}
-        for label, verdict in self.verdicts.items():
-            for key, rule in verdict.rules.items():
-                out[key if single else f"{label}.{key}"] = rule
-        return out
-
-    def message(self) -> str:
-        if self.error:
-            return self.error
-        parts = [f"[{label}] {v.message}"
-                 for label, v in self.verdicts.items() if not v.passed]
-        return "\n".join(parts)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -196,7 +147,7 @@ def _grad_labels(sample: Sample) -> list[str]:
 # ---------------------------------------------------------------------------- runner
 
 def run_case(device, entry: OpEntry, dtype: str, sample: Sample, seed: int = 0,
-             directions: tuple[str, ...] = DIRECTIONS) -> list[CaseOutcome]:
+             directions: tuple[str, ...] = DIRECTIONS) -> list[OpOutcome]:
     """Run one case (op x dtype x sample) and judge it; never raises for op failures.
 
     Args:
@@ -207,14 +158,17 @@ def run_case(device, entry: OpEntry, dtype: str, sample: Sample, seed: int = 0,
         directions: which of ``fwd``/``bwd`` to report (``bwd`` only where the entry and
             the dtype have a backward).
     Returns:
-        One :class:`CaseOutcome` per reported direction.
+        One :class:`~harness.ops.outcome.OpOutcome` per reported direction; ``info`` holds
+        ``aten_ops`` (Note [Aten ops of a record] in :mod:`harness.ops.policy`).
     """
     gen = torch.Generator().manual_seed(case_seed(seed, entry.name, dtype, sample.name))
     torch_dtype = DTYPES[dtype]
     is_float = torch_dtype.is_floating_point
     backward = entry.backward and is_float and "bwd" in directions
     wanted = [d for d in directions if d == "fwd" or backward]
-    outcomes = {d: CaseOutcome(entry.name, dtype, d, sample.name) for d in wanted}
+    outcomes = {d: OpOutcome(record_id(entry.name, dtype, d, sample.name), d,
+                             standard=entry.standard if d == "fwd" else entry.gradient_standard)
+                for d in wanted}
     if not outcomes:
         return []
     values = materialize(sample, dtype, gen)
@@ -232,7 +186,7 @@ def run_case(device, entry: OpEntry, dtype: str, sample: Sample, seed: int = 0,
         status, reason = policy.classify_exception(exc)
         for outcome in outcomes.values():
             outcome.status = status
-            outcome.error = f"DUT raised {type(exc).__name__}: {exc}"
+            outcome.message = f"DUT raised {type(exc).__name__}: {exc}"
             outcome.info = {"aten_ops": seen.info(), "exception": reason}
         return list(outcomes.values())
     for outcome in outcomes.values():
@@ -247,8 +201,8 @@ def run_case(device, entry: OpEntry, dtype: str, sample: Sample, seed: int = 0,
     except Exception as exc:  # noqa: BLE001
         for outcome in outcomes.values():
             outcome.status = "error"
-            outcome.error = (f"the up-cast CPU reference ({UPCAST.get(dtype, dtype)}) raised "
-                             f"{type(exc).__name__}: {exc}")
+            outcome.message = (f"the up-cast CPU reference ({UPCAST.get(dtype, dtype)}) "
+                               f"raised {type(exc).__name__}: {exc}")
         return list(outcomes.values())
     low_outs: Optional[list] = None
     low_grads: Optional[list] = None
@@ -271,17 +225,17 @@ def run_case(device, entry: OpEntry, dtype: str, sample: Sample, seed: int = 0,
     if "fwd" in outcomes:
         _judge_all(outcomes["fwd"], [t for _, t in dut_outs], [t for _, t in ref_outs],
                    [t for _, t in low_outs] if low_outs is not None else None,
-                   [label for label, _ in dut_outs], entry.standard, scale_outs)
+                   [label for label, _ in dut_outs], scale_outs)
     if "bwd" in outcomes:
         _judge_all(outcomes["bwd"], dut_grads or [], ref_grads or [], low_grads,
-                   _grad_labels(sample), entry.gradient_standard, scale_grads)
+                   _grad_labels(sample), scale_grads)
     if seen.fallback:  # right numbers, but on the host CPU
         for outcome in outcomes.values():
-            outcome.info["fallback_ops"] = list(seen.fallback.ops)
+            outcome.fallback = list(seen.fallback.ops)
             if outcome.status == "pass":
                 outcome.status = "fallback"
-                outcome.error = (f"the DUT ran {', '.join(seen.fallback.ops)} on the host "
-                                 f"CPU ({seen.fallback.describe()})")
+                outcome.message = (f"the DUT ran {', '.join(seen.fallback.ops)} on the "
+                                   f"host CPU ({seen.fallback.describe()})")
     return list(outcomes.values())
 
 
@@ -294,24 +248,24 @@ def _absolute(value: Any) -> Any:
     return value
 
 
-def _judge_all(outcome: CaseOutcome, duts: list, refs: list, lows: Optional[list],
-               labels: list[str], standard: str, scales: Optional[list] = None) -> None:
+def _judge_all(outcome: OpOutcome, duts: list, refs: list, lows: Optional[list],
+               labels: list[str], scales: Optional[list] = None) -> None:
+    """Judge each DUT tensor against its references under ``outcome.standard``."""
     if len(duts) != len(refs):
         outcome.status = "error"
-        outcome.error = f"DUT returned {len(duts)} tensors, the reference {len(refs)}"
+        outcome.message = f"DUT returned {len(duts)} tensors, the reference {len(refs)}"
         return
+    verdicts: dict[str, Verdict] = {}
     for index, (dut, ref) in enumerate(zip(duts, refs)):
         label = labels[index] if index < len(labels) else f"t{index}"
         if dut is None and ref is None:
             continue
         if dut is None or ref is None:
             outcome.status = "fail"
-            outcome.error = (f"{label}: DUT {'has no' if dut is None else 'has a'} value where "
-                             f"the reference {'has one' if dut is None else 'has none'}")
+            outcome.message = (f"{label}: DUT {'has no' if dut is None else 'has a'} value "
+                               f"where the reference {'has one' if dut is None else 'has none'}")
             continue
         low = lows[index] if lows is not None and index < len(lows) else None
         scale = scales[index] if scales is not None and index < len(scales) else None
-        verdict, _ = policy.judge(dut, ref, low, standard, scale)
-        outcome.verdicts[label] = verdict
-        if not verdict.passed and outcome.status == "pass":
-            outcome.status = "fail"
+        verdicts[label], _ = policy.judge(dut, ref, low, outcome.standard, scale)
+    outcome.apply_verdicts(verdicts)

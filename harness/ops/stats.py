@@ -54,13 +54,12 @@ def dropout_judge(feature_dims: int = 0):
         except Exception as exc:  # noqa: BLE001 - a failing DUT op is a record
             for outcome in outcomes.values():
                 outcome.status = policy.classify_exception(exc)[0]
-                outcome.error = f"DUT raised {type(exc).__name__}: {exc}"
+                outcome.message = f"DUT raised {type(exc).__name__}: {exc}"
                 outcome.info = {"aten_ops": seen.info()}
             return list(outcomes.values())
         for outcome in outcomes.values():
             outcome.info["aten_ops"] = seen.info()
-            if seen.fallback:
-                outcome.info["fallback_ops"] = list(seen.fallback.ops)
+            outcome.fallback = list(seen.fallback.ops)
         y = y.detach().cpu()
         kept = y != 0  # inputs come from the 'nonzero' domain
         units = kept
@@ -95,15 +94,13 @@ def dropout_judge(feature_dims: int = 0):
         rules = {k: r for k, r in verdict.rules.items() if k in metrics}
         rules["mask_units"] = lower(1.0, 0.0)
         if "fwd" in outcomes:
-            fwd = outcomes["fwd"]
-            fwd.verdicts["out"] = Verdict(not problems, metrics, rules, "\n".join(problems))
-            fwd.status = "fail" if problems else "pass"
+            outcomes["fwd"].apply_verdicts(
+                {"out": Verdict(not problems, metrics, rules, "\n".join(problems))})
         if backward:
-            bwd = outcomes["bwd"]
             ref_g = grad_out.to(up) * mask * scale_up
             low_g = grad_out * mask.to(torch_dtype) * scale_low
-            bwd.verdicts["grad0"] = compare_outputs(gx, ref_g, low_g, standard="relative")
-            bwd.status = "pass" if bwd.verdicts["grad0"].passed else "fail"
+            outcomes["bwd"].apply_verdicts(
+                {"grad0": compare_outputs(gx, ref_g, low_g, standard="relative")})
         return list(outcomes.values())
 
     return judge

@@ -2,7 +2,7 @@
 
 Each check runs the op on the DUT inside ``device.scope()`` and on the CPU reference
 outside it, records what it measured, and fails when the DUT leaves tolerance. The
-faults in ``harness/fault_catalog/example.py`` must turn these red.
+faults in ``harness/faults/catalog/example.py`` must turn these red.
 """
 
 import pytest

@@ -64,8 +64,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize(("factory", "subject"), params)
 
 
-def _reproduce(results, settings, factory: str) -> str:
-    line = f"{results.reproduce} --model {factory}"
+def _reproduce_args(settings, factory: str) -> str:
+    line = f"--model {factory}"
     return line + (f" --model-input {settings.model_input}" if settings.model_input else "")
 
 
@@ -80,12 +80,11 @@ def test_model_case(factory, subject, device, results, settings):
     from harness.model.cases import run_model_case
 
     _capture_failed(subject, factory)
-    for result in run_model_case(device, subject, settings.seed,
-                                 _reproduce(results, settings, factory)):
-        results.record(result.id, status=result.status, metrics=result.metrics,
-                       rules=result.rules, message=result.message, info=result.info)
-    if all(r.status == "skip" for r in results.records):
-        pytest.skip(results.records[0].message or "nothing to compare")
+    outcomes = run_model_case(device, subject, settings.seed)
+    for outcome in outcomes:
+        outcome.record(results, reproduce_args=_reproduce_args(settings, factory))
+    if all(o.status == "skip" for o in outcomes):
+        pytest.skip(outcomes[0].message or "nothing to compare")
 
 
 def test_model_inventory(factory, subject, device, results, settings, harness_state):

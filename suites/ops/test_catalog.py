@@ -58,12 +58,10 @@ def _run(entry, dtypes, slow, device, results, settings) -> None:
             continue
         for outcome in run_case(device, entry, dtype, sample, settings.seed, directions):
             ran += 1
-            standard = entry.standard if outcome.direction == "fwd" else entry.gradient_standard
-            results.outcome(outcome.record_id, outcome.status,
-                            f"{outcome.message()}\n(device {device.type}, dtype {dtype}, "
-                            f"standard {standard})",
-                            metrics=outcome.metrics(), rules=outcome.rules(), info=outcome.info,
-                            reproduce_args=f"--op-filter '{filter_regex(outcome.case_id)}'")
+            case = case_id(entry.name, dtype, outcome.direction, sample.name)
+            outcome.record(results, f"{outcome.message}\n(device {device.type}, dtype {dtype}, "
+                                    f"standard {outcome.standard})",
+                           reproduce_args=f"--op-filter '{filter_regex(case)}'")
     if not ran:
         pytest.skip(f"no {entry.name} case matches --op-filter {settings.op_filter!r}")
 

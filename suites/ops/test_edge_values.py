@@ -4,7 +4,7 @@ Each (op, dtype) runs one hypothesis property (profile ``ci`` by default: derand
 40 examples; ``nightly``: many more; choose with ``HARNESS_HYPOTHESIS_PROFILE=nightly``
 or ``--hypothesis-profile nightly``). The property: the DUT's output is NaN / +inf /
 -inf / finite exactly where the reference allows (Note [Edge-value agreement] in
-harness/edge.py). One record per (op, dtype): examples run and examples that mismatched.
+harness/ops/edge.py). One record per (op, dtype): examples run and examples that mismatched.
 """
 
 import pytest
@@ -12,7 +12,7 @@ import torch
 from hypothesis import given
 
 from harness import dtypes as dt
-from harness import edge
+from harness.ops import edge
 from harness.results import lower
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]

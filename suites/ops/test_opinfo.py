@@ -1,6 +1,6 @@
-"""Breadth: PyTorch's OpInfo database (``op_db``) swept on the DUT (:mod:`harness.opinfo`).
+"""Breadth: PyTorch's OpInfo database (``op_db``) swept on the DUT (:mod:`harness.ops.opinfo`).
 
-Two tests share one set of record ids (Note [OpInfo record ids] in harness/opinfo.py):
+Two tests share one set of record ids (Note [OpInfo record ids] in harness/ops/opinfo.py):
 
 * ``test_opinfo_slice``: a fixed slice (~50 training ops in float32) that runs in the
   default selection, so every CI run exercises the sweep;
@@ -15,7 +15,7 @@ other record.
 
 import pytest
 
-from harness import opinfo
+from harness.ops import opinfo
 from harness.plugin import settings_of
 
 OP_DB, WHY_NOT = opinfo.load_op_db()
@@ -48,10 +48,9 @@ def budget(settings):
 
 def _check(case, device, results, budget):
     op = opinfo.find_op(OP_DB, case.key)
-    outcomes = opinfo.run_case(op, case, device, budget=budget, reproduce=results.reproduce)
+    outcomes = opinfo.run_case(op, case, device, budget=budget)
     for outcome in outcomes:
-        results.record(outcome.id, status=outcome.status, metrics=outcome.metrics,
-                       rules=outcome.rules, message=outcome.message, info=outcome.info)
+        outcome.record(results)
     skipped = [o for o in outcomes if o.status == "skip"]
     if skipped and len(skipped) == len(outcomes):
         pytest.skip(skipped[0].message)

@@ -156,7 +156,7 @@ NOT_NUMERIC: dict[str, str] = {
     "suites/distributed/test_dist_collectives.py::test_collective_matches_numpy":
         "the shift does not reach the collective (gloo writes the result below the "
         "dispatch mode, asynchronously); its reference is NumPy outside the scope (read in "
-        "distributed.checks.collective); the collective faults in fault_catalog/distributed.py "
+        "distributed.checks.collective); the collective faults in faults/catalog/distributed.py "
         "prove the check",
     "suites/distributed/test_dist_collectives.py::test_barrier_waits_for_every_rank": "time",
     "suites/distributed/test_dist_ddp.py::test_sync_batchnorm_matches_full_batch":

@@ -1,49 +1,19 @@
-"""Deliberate defects that emulate a broken backend on the DUT (self-validation).
+"""The fault type, its two mechanisms and the registry of built-in faults.
 
-A check that cannot fail is worthless, so every check family ships faults it must
-catch, and ``python -m harness faults check`` proves each one turns a green run red.
-
-Defining a fault (the public API; the same for built-in and user faults)::
-
-    from harness.faults import perturb_op, patch_attr
-
-    EXP_DRIFT = perturb_op(
-        "my.exp_drift", family="ops",
-        description="exp returns values 1e-4 too large (relative)",
-        op="aten.exp.default",                      # or "aten.exp" for every overload
-        transform=lambda out, args, kwargs: out * (1 + 1e-4),
-        dtypes=("float32",),                        # only outputs of these dtypes
-        checks=("suites/ops/test_catalog.py",),     # pytest args expected to catch it
-    )
-
-    LEAKY_RELU = patch_attr(
-        "my.relu_leaks", family="example",
-        description="relu lets 1% of negative values through",
-        target="torch.nn.functional.relu",
-        replace=lambda orig: (lambda x, inplace=False: torch.where(x > 0, x, 0.01 * x)),
-        checks=("suites/example",),
-    )
-
-Built-in faults live in ``harness/fault_catalog/<family>.py`` as a ``FAULTS`` list (one
-file per check family; a new file is picked up automatically). A fault defined
-elsewhere is loaded with ``--inject-fault package.module:NAME``.
-
-Injection: ``--inject-fault NAME`` (or the ``HARNESS_FAULTS`` environment variable,
-comma-separated, which child processes inherit and which is read when this module is
-imported) activates faults for the whole run. A fault acts only inside the DUT scope
-(Note [DUT scope] in :mod:`harness.device`): the reference stays correct.
+:class:`Fault` is a named defect; :func:`perturb_op` (change one aten op's output) and
+:func:`patch_attr` (replace a Python-level torch API) build the two common kinds. The
+registry (:func:`registry`, :func:`resolve`) finds every built-in fault: the ``FAULTS``
+list of each module of :mod:`harness.faults.catalog` (a module added there is picked up
+automatically) and the scope audits of :mod:`harness.faults.audit`. Activating faults
+for a run is :mod:`harness.faults`' job (Note [Fault injection state]).
 """
-
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import importlib
-import os
 import pkgutil
 from typing import Any, Callable, ContextManager, Iterable, Iterator, Optional, Sequence
-
-ENV_VAR = "HARNESS_FAULTS"
 
 
 class FaultError(LookupError):
@@ -194,16 +164,26 @@ def _patched(target: str, replace: Callable[[Any], Any]) -> Iterator[None]:
 
 _REGISTRY: Optional[dict[str, Fault]] = None
 
+AUDIT_MODULE = "harness.faults.audit"
+"""Scope audits (one per family, Note [DUT-scope audit]): registered beside the catalog."""
+
+
+def _fault_modules() -> list[str]:
+    """Every module that contributes built-in faults: the audit, then the catalog's by name
+    (the order ``faults list`` and ``faults check`` show them in)."""
+    from harness.faults import catalog
+
+    names = sorted(info.name for info in pkgutil.iter_modules(catalog.__path__))
+    return [AUDIT_MODULE] + [f"{catalog.__name__}.{name}" for name in names]
+
 
 def registry() -> dict[str, Fault]:
-    """Every built-in fault, by name (imports ``harness.fault_catalog.*`` once)."""
+    """Every built-in fault, by name (imports the modules of :func:`_fault_modules` once)."""
     global _REGISTRY
     if _REGISTRY is None:
-        from harness import fault_catalog
-
         found: dict[str, Fault] = {}
-        for info in sorted(pkgutil.iter_modules(fault_catalog.__path__), key=lambda m: m.name):
-            module = importlib.import_module(f"{fault_catalog.__name__}.{info.name}")
+        for module_name in _fault_modules():
+            module = importlib.import_module(module_name)
             for fault in getattr(module, "FAULTS", ()):
                 if fault.name in found:
                     raise FaultError(f"fault {fault.name!r} is defined twice "
@@ -240,43 +220,3 @@ def resolve(name: str) -> Fault:
         raise FaultError(f"unknown fault {name!r}; `python -m harness faults list` shows the "
                          f"{len(faults)} known faults, or use package.module:NAME")
     return faults[name]
-
-
-# ------------------------------------------------------------------------ injection
-
-_active_names: list[str] = [n for n in os.environ.get(ENV_VAR, "").split(",") if n]
-_active: Optional[list[Fault]] = None
-
-
-def set_active(names: Sequence[str]) -> list[Fault]:
-    """Activate faults for this process and (via the environment) its children."""
-    global _active_names, _active
-    resolved = [resolve(name) for name in names]
-    _active_names = list(names)
-    _active = resolved
-    if names:
-        os.environ[ENV_VAR] = ",".join(names)
-    else:
-        os.environ.pop(ENV_VAR, None)
-    return resolved
-
-
-def active() -> list[Fault]:
-    """The faults active in this process."""
-    global _active
-    if _active is None:
-        _active = [resolve(name) for name in _active_names]
-    return _active
-
-
-@contextlib.contextmanager
-def activated(device) -> Iterator[None]:
-    """Enter every active fault for one DUT scope (called by ``Device.scope``)."""
-    faults = active()
-    if not faults:
-        yield
-        return
-    with contextlib.ExitStack() as stack:
-        for fault in faults:
-            stack.enter_context(fault.activate(device))
-        yield

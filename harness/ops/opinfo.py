@@ -59,6 +59,7 @@ import torch
 
 from harness import dtypes
 from harness.ops import policy
+from harness.ops.outcome import OpOutcome
 from harness.results import lower
 
 DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16")
@@ -344,18 +345,6 @@ class Budget:
 
 # ------------------------------------------------------------------------- running
 
-@dataclasses.dataclass
-class SampleOutcome:
-    """One record's worth of a sample: what :meth:`Recorder.record` takes."""
-
-    id: str
-    status: str
-    metrics: dict = dataclasses.field(default_factory=dict)
-    rules: dict = dataclasses.field(default_factory=dict)
-    message: str = ""
-    info: dict = dataclasses.field(default_factory=dict)
-
-
 def _convert(value: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
     if isinstance(value, torch.Tensor):
         return fn(value)
@@ -566,57 +555,56 @@ def _upcast(dtype: torch.dtype) -> torch.dtype:
 
 
 def run_case(op, case: OpInfoCase, device, *, limit: int = SAMPLES_PER_CASE,
-             budget: Optional[Budget] = None, reproduce: str = "") -> list[SampleOutcome]:
+             budget: Optional[Budget] = None) -> list[OpOutcome]:
     """Every record of one case: per sample a ``fwd`` and (with autograd) a ``bwd``."""
     if case.skip_reason:
-        return [SampleOutcome(f"{case.id}/fwd", "skip", message=case.skip_reason)]
+        return [OpOutcome(f"{case.id}/fwd", status="skip", message=case.skip_reason)]
     if budget is not None:
         budget.start()
         if budget.exhausted():
-            return [SampleOutcome(f"{case.id}/fwd", "skip",
-                            message=f"op budget of {budget.seconds:g} s spent "
-                                    f"(--op-budget); case not run")]
+            return [OpOutcome(f"{case.id}/fwd", status="skip",
+                              message=f"op budget of {budget.seconds:g} s spent "
+                                      f"(--op-budget); case not run")]
     dtype = torch_dtype(case.dtype)
     backward = bool(op.supports_autograd) and dtype in op.supported_backward_dtypes("cpu")
     try:
         picked = samples(op, case, limit=limit, requires_grad=backward)
     except Exception as exc:  # noqa: BLE001 - a generator broken on this torch
-        return [SampleOutcome(f"{case.id}/fwd", "skip",
-                        message=f"OpInfo sample generation failed on the CPU: {_short(exc)}")]
+        return [OpOutcome(f"{case.id}/fwd", status="skip",
+                          message=f"OpInfo sample generation failed on the CPU: {_short(exc)}")]
     if not picked:
-        return [SampleOutcome(f"{case.id}/fwd", "skip", message="OpInfo yields no sample")]
+        return [OpOutcome(f"{case.id}/fwd", status="skip", message="OpInfo yields no sample")]
     digests = unique_digests(sample_signature(s, dtype) for s in picked)
     up = _upcast(dtype)
     if not op.supports_dtype(up, "cpu"):
         up = torch.float32 if op.supports_dtype(torch.float32, "cpu") else dtype
-    out: list[SampleOutcome] = []
+    out: list[OpOutcome] = []
     for sample, digest in zip(picked, digests):
         if budget is not None and budget.exhausted():
-            out.append(SampleOutcome(f"{case.id}/fwd/{digest}", "skip",
-                               message=f"op budget of {budget.seconds:g} s spent (--op-budget)"))
+            out.append(OpOutcome(f"{case.id}/fwd/{digest}", status="skip",
+                                 message=f"op budget of {budget.seconds:g} s spent (--op-budget)"))
             continue
-        out.extend(_run_sample(op, case, sample, digest, device, dtype, up, backward,
-                               reproduce))
+        out.extend(_run_sample(op, case, sample, digest, device, dtype, up, backward))
     return out
 
 
 def _run_sample(op, case: OpInfoCase, sample, digest: str, device, dtype: torch.dtype,
-                up: torch.dtype, backward: bool, reproduce: str) -> list[SampleOutcome]:
+                up: torch.dtype, backward: bool) -> list[OpOutcome]:
     fwd_id, bwd_id = f"{case.id}/fwd/{digest}", f"{case.id}/bwd/{digest}"
     standard = policy.standard_for(case.key, dtype)
     grad_standard = policy.standard_for(case.key, dtype, "bwd")
     cot_seed = zlib.crc32(bwd_id.encode("utf-8"))
     cpu = torch.device("cpu")
-    info = {"signature": sample_signature(sample, dtype)[:500], "standard": standard}
+    info = {"signature": sample_signature(sample, dtype)[:500]}
     wants_grad = backward and any(t.requires_grad for t in _tensors(
         [sample.input, list(sample.args), dict(sample.kwargs)]))
 
     lowp = _run(op, sample, device=cpu, from_dtype=dtype, to_dtype=dtype, backward=wants_grad,
                 cotangent_seed=cot_seed, scope=contextlib.nullcontext)
     if lowp.error is not None:
-        return [SampleOutcome(fwd_id, "skip", info=info,
-                        message=f"the CPU reference cannot run this sample in {case.dtype}: "
-                                f"{_short(lowp.error)}")]
+        return [OpOutcome(fwd_id, status="skip", standard=standard, info=info,
+                          message=f"the CPU reference cannot run this sample in {case.dtype}: "
+                                  f"{_short(lowp.error)}")]
     ref = _run(op, sample, device=cpu, from_dtype=dtype, to_dtype=up, backward=wants_grad,
                cotangent_seed=cot_seed, scope=contextlib.nullcontext)
     info["reference"] = dtype_name(up)
@@ -638,41 +626,41 @@ def _run_sample(op, case: OpInfoCase, sample, digest: str, device, dtype: torch.
     fell_back = list(seen.fallback.ops)
     info["aten_ops"] = seen.info()
     where = f" [{device.type}, {case.dtype}, {standard}]"
-    repro = f"\nreproduce: {reproduce}" if reproduce else ""
 
-    def finish(record_id: str, ok: bool, metrics: dict, rules: dict, messages: list[str],
-               notes: list[str], standard: str = standard):
-        extra = {**info, "standard": standard}
-        if notes:
-            extra["notes"] = notes
+    def finish(record_id: str, direction: str, ok: bool, metrics: dict, rules: dict,
+               messages: list[str], notes: list[str], standard: str) -> OpOutcome:
+        outcome = OpOutcome(record_id, direction, standard=standard, metrics=metrics,
+                            rules=rules, info={**info, **({"notes": notes} if notes else {})},
+                            fallback=fell_back)
         if not ok:
-            return SampleOutcome(record_id, "fail", metrics, rules,
-                           f"{record_id}{where}:\n" + "\n".join(messages) + repro, extra)
-        if fell_back:
-            return SampleOutcome(record_id, "fallback", metrics, rules,
-                           f"{record_id}: the DUT ran {', '.join(fell_back)} on the host CPU "
-                           "(torch_npu CPU fallback)", {**extra, "fallback_ops": fell_back})
-        return SampleOutcome(record_id, "pass", metrics, rules, "", extra)
+            outcome.status = "fail"
+            outcome.message = f"{record_id}{where}:\n" + "\n".join(messages)
+        elif fell_back:
+            outcome.status = "fallback"
+            outcome.message = (f"{record_id}: the DUT ran {', '.join(fell_back)} on the host "
+                               "CPU (torch_npu CPU fallback)")
+        return outcome
 
     if dut.error is not None:
         status = classify_error(dut.error)
-        return [SampleOutcome(fwd_id, status, info={**info, "exception": _short(dut.error, 1000)},
-                        message=f"{fwd_id}{where}: the DUT raised {_short(dut.error)}{repro}")]
+        return [OpOutcome(fwd_id, status=status, standard=standard,
+                          info={**info, "exception": _short(dut.error, 1000)},
+                          message=f"{fwd_id}{where}: the DUT raised {_short(dut.error)}")]
     results = []
     ok, metrics, rules, messages, notes = compare_values(
         _flatten(dut.out), _flatten(ref.out), _flatten(lowp.out), standard,
         scales=_flatten(mag.out) if mag is not None else None)
-    results.append(finish(fwd_id, ok, metrics, rules, messages, notes))
+    results.append(finish(fwd_id, "fwd", ok, metrics, rules, messages, notes, standard))
     if not wants_grad or lowp.grads is None:
         return results
     if lowp.grad_error is not None:
         return results
     if dut.grad_error is not None:
         status = classify_error(dut.grad_error)
-        results.append(SampleOutcome(bwd_id, status,
-                               info={**info, "exception": _short(dut.grad_error, 1000)},
-                               message=f"{bwd_id}{where}: the DUT's backward raised "
-                                       f"{_short(dut.grad_error)}{repro}"))
+        results.append(OpOutcome(bwd_id, "bwd", status, grad_standard,
+                                 info={**info, "exception": _short(dut.grad_error, 1000)},
+                                 message=f"{bwd_id}{where}: the DUT's backward raised "
+                                         f"{_short(dut.grad_error)}"))
         return results
     ref_grads = ref.grads if ref.grads is not None and ref.grad_error is None else lowp.grads
     pairs = [(d, r, lp) for d, r, lp in zip(dut.grads or [], ref_grads, lowp.grads)
@@ -686,7 +674,7 @@ def _run_sample(op, case: OpInfoCase, sample, digest: str, device, dtype: torch.
                      if not (d is None and lp is None)]
     ok, metrics, rules, messages, notes = compare_values(d_list, r_list, lp_list, grad_standard,
                                                          "grad", scales=mag_grads)
-    results.append(finish(bwd_id, ok, metrics, rules, messages, notes, grad_standard))
+    results.append(finish(bwd_id, "bwd", ok, metrics, rules, messages, notes, grad_standard))
     return results
 
 
@@ -701,7 +689,7 @@ def distinct_ops(all_cases: Iterable[OpInfoCase]) -> int:
     return len({c.key.split(":", 1)[0] for c in all_cases})
 
 
-__all__ = ["Budget", "OpInfoCase", "SampleOutcome", "DTYPES", "SKIP_OPS", "SLICE_OPS",
+__all__ = ["Budget", "OpInfoCase", "DTYPES", "SKIP_OPS", "SLICE_OPS",
            "cases", "classify_error", "compare_values", "distinct_ops", "find_op",
            "load_op_db", "op_key", "run_case", "sample_digest", "sample_signature",
            "samples", "select", "slice_and_rest", "unique_digests"]
