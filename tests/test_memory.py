@@ -1,7 +1,6 @@
 """harness.memory: the CPU tracker against analytic peaks, saved-tensor agreement, caps,
 faults stacked on the tracker, and the meter on a faked accelerator's allocator stats."""
 
-import types
 
 import pytest
 import torch
@@ -163,14 +162,6 @@ def test_is_out_of_memory_asks_the_device_where_it_can():
     cpu = Device("cpu")  # with or without Device.is_out_of_memory: a tracker cap is an OOM
     assert memory.is_out_of_memory(cpu, memory.oom_error(cpu)("harness tracker: cap"))
     assert not memory.is_out_of_memory(cpu, RuntimeError("shape mismatch"))
-
-
-def test_is_out_of_memory_falls_back_to_the_devices_oom_class():
-    """A Device without ``is_out_of_memory`` (before harness/device.py's OOM rows): the
-    class test. Drop this with the fallback in harness/memory/oom.py."""
-    old_style = types.SimpleNamespace(type="cpu", oom_error=memory.TORCH_OOM)
-    assert memory.is_out_of_memory(old_style, memory.TORCH_OOM("synthetic"))
-    assert not memory.is_out_of_memory(old_style, RuntimeError("NPU out of memory."))
 
 
 def test_max_batch_search_stops_at_what_the_device_calls_an_oom():

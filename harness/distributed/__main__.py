@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
+from harness import kinds
 from harness.distributed.launcher import SPEC_ENV
 from harness.distributed.rank import die_with_parent, run_rank
 from harness.distributed.subcheck import SubCheck
@@ -53,9 +54,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                              "Default: %(default)r")
     parser.add_argument("--out", required=True, metavar="DIR",
                         help="Folder for rank<N>.json (and rank 0's summary.json)")
-    parser.add_argument("--device", default="auto", metavar="TYPE",
-                        help="Device type of the ranks (auto, cpu, npu, cuda, xpu). "
-                             "Default: %(default)r")
+    parser.add_argument("--device", **kinds.device_option("Device type of the ranks"))
     parser.add_argument("--seed", type=int, default=0, metavar="N",
                         help="Seed set before every sub-check. Default: %(default)r")
     parser.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS",

@@ -194,7 +194,7 @@ def ddp_amp(ctx, steps: int = 5, local_batch: int = 8, lr: float = 0.05):
     Gradients are compared after ``scaler.unscale_``.
     """
     ws, rank = ctx.world_size, ctx.rank
-    amp_dtype = "bfloat16" if ctx.device.type == "cpu" else "float16"
+    amp_dtype = dtypes.name(ctx.device.amp_dtype)  # the device kind's preferred one
     torch.manual_seed(ctx.seed)
     model = MLP()
     reference = copy.deepcopy(model).double()

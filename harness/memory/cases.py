@@ -108,8 +108,6 @@ class MemoryLimits:
     leak_batch: int = 64
     warmup: int = 2
     steps: int = 5
-    amp_dtype: dict = dataclasses.field(
-        default_factory=lambda: {"cpu": torch.bfloat16, "default": torch.float16})
 
 
 LIMITS = {"small": MemoryLimits(), "full": MemoryLimits(leak_batch=512)}

@@ -4,11 +4,10 @@ Note [What an out-of-memory error is]
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 One question, one answer: every check of the memory family that must tell an OOM from
 another failure (the threshold search, the recovery check) asks :func:`is_out_of_memory`.
-The device decides where it can: ``Device.is_out_of_memory(exc)`` knows its stack's OOM
-errors (older torch_npu raises a plain ``RuntimeError("NPU out of memory...")``, not an
-``OutOfMemoryError``). A Device without that method gets the class test this package
-always made: ``isinstance(exc, oom_error(device))``. A cap on the CPU's tracker raises
-:func:`oom_error`'s class, which both answers recognise.
+The device decides: ``Device.is_out_of_memory(exc)`` knows its stack's OOM errors from
+its kind's row (older torch_npu raises a plain ``RuntimeError("NPU out of memory...")``,
+not an ``OutOfMemoryError``). A cap on the CPU's tracker raises :func:`oom_error`'s
+class, which the device recognises too.
 """
 
 from __future__ import annotations
@@ -35,11 +34,7 @@ def oom_error(device) -> type[BaseException]:
 def is_out_of_memory(device, exc: BaseException) -> bool:
     """Whether ``exc`` is ``device`` running out of memory (Note [What an
     out-of-memory error is])."""
-    decide = getattr(device, "is_out_of_memory", None)
-    if decide is not None:
-        return bool(decide(exc))
-    # Fallback for a Device without is_out_of_memory (before harness/device.py's OOM rows)
-    return isinstance(exc, oom_error(device))
+    return bool(device.is_out_of_memory(exc))
 
 
 # ------------------------------------------------------------------ OOM threshold

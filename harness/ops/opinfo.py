@@ -186,7 +186,7 @@ class OpInfoCase:
 
 
 def torch_dtype(name: str) -> torch.dtype:
-    return getattr(torch, name)
+    return dtypes.BY_NAME[name]
 
 
 def dtype_name(dtype: torch.dtype) -> str:

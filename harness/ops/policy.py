@@ -38,7 +38,7 @@ from typing import Iterator, Optional
 
 import torch
 
-from harness import fallback
+from harness import dtypes, fallback
 
 __all__ = ["OP_STANDARDS", "GRAD_STANDARDS", "UNSUPPORTED_PATTERNS", "DEFAULT_STANDARD",
            "Watch", "classify_exception", "judge", "op_names", "standard_for", "watch"]
@@ -202,7 +202,7 @@ def standard_for(op_name: str, dtype, direction: str = "fwd") -> str:
         direction: ``fwd`` or ``bwd``.
     """
     if isinstance(dtype, str):
-        dtype = getattr(torch, dtype, None)
+        dtype = dtypes.BY_NAME.get(dtype)
     if isinstance(dtype, torch.dtype) and not (dtype.is_floating_point or dtype.is_complex):
         return "exact"
     names = op_names(op_name)

@@ -25,7 +25,7 @@ def test_no_leak_per_step(device, results, cases, memory_limits, kind):
     model = memory.seeded_model(case.build).to(device.torch_device)
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
     inputs, target = memory.deterministic_batch(case.sample, case.classes, limits.leak_batch)
-    amp = limits.amp_dtype.get(device.type, limits.amp_dtype["default"])
+    amp = device.amp_dtype  # the device kind's preferred autocast dtype
     losses: list[float] = []
 
     def step() -> None:
