@@ -186,6 +186,45 @@ def test_model_case_of_an_op_answers_like_its_catalog_row(cpu):
         assert set(theirs.rules) == set(mine.rules)
 
 
+class _ClampModel(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(8))
+
+    def forward(self, x):
+        y = (x * self.w).relu_()                     # in place: judged as relu
+        return y.clamp(min=0.1) + y.clamp(max=0.5)   # 0.1 is no fp16 value; 0.5 is
+
+
+@pytest.mark.parametrize("amp", [None, torch.float16])
+def test_model_cases_take_every_standard_from_the_one_policy_table(amp):
+    from harness.model import capture, cases, spec
+
+    model = spec.ModelSpec("clampnet", "tests:clampnet", _ClampModel(), (torch.randn(4, 8),))
+    built = cases.build_cases(capture.capture_step(model, amp=amp))
+    standards = {}
+    for case in built:
+        if case.entry is None:
+            continue
+        key = policy.rounded_bound_key(case.call.op, cases._scalars(case.call),
+                                       getattr(torch, case.dtype))
+        assert case.entry.standard == policy.standard_for(key, case.dtype), case.call.op
+        assert case.entry.gradient_standard == policy.standard_for(key, case.dtype, "bwd")
+        standards.setdefault(case.call.op.split(".")[1], set()).add(
+            (case.dtype, case.entry.standard))
+    assert ("float32", "absolute") in standards["relu_"]           # like the catalog's relu
+    clamp = {dtype_std for op in ("clamp", "clamp_min", "clamp_max")
+             for dtype_std in standards.get(op, ())}
+    if amp is None:  # fp32 holds 0.5 exactly, not 0.1: exact and rounded-bound clamps
+        assert ("float32", "absolute") in clamp and ("float32", "exact") in clamp
+    assert policy.rounded_bound_key("aten.clamp_min.default", [0.5], torch.float16) \
+        == "aten.clamp_min.default"
+    assert policy.rounded_bound_key("aten.clamp_min.default", [0.1], torch.float16) \
+        == "clamp_min_rounded_bound"
+    assert policy.standard_for("clamp_min_rounded_bound", "float16") == "absolute"
+    assert policy.standard_for("aten.clamp_min.default", "float16") == "exact"
+
+
 # -------------------------------------------------------------------------- watching
 
 def test_records_name_the_aten_ops_of_their_dut_computation(cpu):

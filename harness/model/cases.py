@@ -23,7 +23,6 @@ Note [Replaying a captured call]
   up-cast for the reference (and a ``dtype=`` argument equal to it follows them), others
   keep their captured dtype on both sides; :data:`NO_UPCAST` ops (AMP's fp32-only scale
   kernels) keep every dtype, so their reference is the CPU in the captured dtypes.
-  A cast's gradient (:data:`GRAD_STANDARD_OVERRIDES`) is a rounding, not a copy.
 * Strides: a non-contiguous input is drawn as its storage (1-D) and viewed with the
   captured sizes and strides (``as_strided``), so the DUT kernel sees the same layout.
 * Devices: a ``device=`` argument becomes the executing side's device; an op without
@@ -34,6 +33,10 @@ Note [Replaying a captured call]
 * Backward: only for calls from the forward phase with inputs that required grad, and
   only where autograd has a derivative (probed on the meta device, else the CPU);
   backward-phase and optimizer calls are checked forward only, as the kernels they are.
+* Standards: the op policy's table (:func:`harness.ops.policy.standard_for`, the catalog's
+  and the OpInfo sweep's), keyed by the aten name; a clamp whose bound the case's dtype
+  cannot hold is judged as the catalog's ``*_rounded_bound`` rows
+  (:func:`~harness.ops.policy.rounded_bound_key`).
 * Random and uninitialised ops (:data:`SKIP_OPS`) are recorded ``skip`` with the reason.
 """
 
@@ -53,6 +56,7 @@ from harness.model.capture import (
     StepCapture,
     TensorMeta,
 )
+from harness.ops import policy
 from harness.ops.outcome import OpOutcome
 from harness.ops.runner import run_case
 from harness.ops.spec import DTYPES, I, M, OpEntry, Sample, T
@@ -71,35 +75,6 @@ SKIP_OPS: dict[str, str] = {
 """Ops whose output a DUT and a reference cannot agree on by design (by overload packet)."""
 
 
-STANDARDS: dict[str, str] = {
-    **{name: "ulp" for name in ("mm", "bmm", "addmm", "baddbmm", "addbmm", "addmv", "mv",
-                                "dot", "linear", "matmul")},
-    **{name: "absolute" for name in ("add", "sub", "mul", "div", "reciprocal", "rsqrt", "neg",
-                                     "relu", "threshold_backward", "leaky_relu", "hardtanh",
-                                     "clamp", "clamp_min", "clamp_max", "maximum", "minimum")},
-    **{name: "exact" for name in (
-        "view", "_unsafe_view", "reshape", "t", "transpose", "permute", "expand", "clone",
-        "copy", "_to_copy", "detach", "alias", "lift_fresh", "cat", "stack", "select",
-        "slice", "split", "split_with_sizes", "unbind", "squeeze", "unsqueeze", "flatten",
-        "zeros_like", "ones_like", "full_like", "fill", "zero", "new_zeros", "new_ones",
-        "new_full", "full", "zeros", "ones", "scalar_tensor", "index_select", "gather",
-        "masked_fill", "where", "as_strided", "_local_scalar_dense", "eq", "ne", "lt", "le",
-        "gt", "ge", "max_pool2d_with_indices", "max_pool1d_with_indices", "slice_backward",
-        "select_backward", "embedding", "_reshape_alias", "contiguous", "unfold", "roll",
-        "flip", "repeat", "constant_pad_nd", "arange", "tril", "triu", "sign")},
-}
-"""Precision standard per aten op (overload packet without ``aten.``, a trailing ``_`` and a
-``_foreach_`` prefix), after DESIGN.md's table: ``ulp`` for matrix multiplication,
-``absolute`` for the elementwise arithmetic and relu-like ops, ``exact`` for copies,
-layout, selection and comparisons, ``relative`` (:data:`DEFAULT_STANDARD`) for the rest."""
-DEFAULT_STANDARD = "relative"
-GRAD_STANDARDS = {"ulp": "ulp", "exact": "exact"}
-"""The input gradients' standard by the forward's: a view's gradient is the gradient
-viewed back (exact), a product's is a product (ulp), anything else is ``relative``."""
-GRAD_STANDARD_OVERRIDES = {"_to_copy": "absolute", "copy": "absolute"}
-"""A cast's gradient is cast back to the input's dtype: rounded on the DUT (fp16), not in
-the up-cast reference (fp32), so it is a rounding, not a copy."""
-
 NO_UPCAST: dict[str, str] = {
     "aten._amp_foreach_non_finite_check_and_unscale_": "the kernel takes fp32 scales only",
     "aten._amp_update_scale_": "the kernel takes an fp32 scale only",
@@ -107,21 +82,9 @@ NO_UPCAST: dict[str, str] = {
 """Ops whose reference runs in the captured dtypes (no up-cast), with the reason."""
 
 
-def base_name(op: str) -> str:
-    """``aten._foreach_add_.List`` -> ``add``; ``aten.convolution.default`` -> ``convolution``."""
-    name = op.split(".")[1] if op.count(".") >= 1 else op
-    if name.startswith("_foreach_"):
-        name = name[len("_foreach_"):]
-    return name[:-1] if name.endswith("_") and not name.endswith("__") else name
-
-
 def packet(op: str) -> str:
     """``aten.add_.Tensor`` -> ``aten.add_``."""
     return ".".join(op.split(".")[:2])
-
-
-def standard_for(op: str) -> str:
-    return STANDARDS.get(base_name(op), DEFAULT_STANDARD)
 
 
 class _CaseDtype:
@@ -335,16 +298,20 @@ def build_case(model: str, call: Call) -> ModelCase:
         values.insert(0, T((0,), grad=False))
     replay = Replay(overload, len(call.args), list(call.kwargs), layouts, call.mutates,
                     anchor, primary_index)
-    standard = standard_for(call.op)
+    key = policy.rounded_bound_key(call.op, _scalars(call), DTYPES[primary])
     entry = OpEntry(name=call.op, fn=replay, samples=(), dtypes=(primary,),
-                    backward=wants_grad, standard=standard,
-                    grad_standard=GRAD_STANDARD_OVERRIDES.get(
-                        base_name(call.op), GRAD_STANDARDS.get(standard, DEFAULT_STANDARD)))
+                    backward=wants_grad, standard=policy.standard_for(key, primary),
+                    grad_standard=policy.standard_for(key, primary, "bwd"))
     sample = Sample(call.digest, tuple(values))
     if wants_grad and not _has_derivative(entry, sample, primary):
         entry = dataclasses.replace(entry, backward=False)
     directions = ("fwd", "bwd") if entry.backward else ("fwd",)
     return ModelCase(model, call, entry, sample, primary, directions)
+
+
+def _scalars(call: Call) -> list:
+    """The call's non-tensor numbers (a clamp's bounds)."""
+    return [v for v in (*call.args, *call.kwargs.values()) if isinstance(v, (int, float))]
 
 
 def _has_derivative(entry: OpEntry, sample: Sample, dtype: str) -> bool:
@@ -402,6 +369,5 @@ def run_model_case(device, case: ModelCase, seed: int = 0) -> list[OpOutcome]:
     return out
 
 
-__all__ = ["CASE_DTYPE", "DEVICE", "DEFAULT_STANDARD", "SKIP_OPS", "STANDARDS", "ModelCase",
-           "Replay", "base_name", "build_case", "build_cases", "run_model_case",
-           "standard_for"]
+__all__ = ["CASE_DTYPE", "DEVICE", "SKIP_OPS", "ModelCase", "Replay", "build_case",
+           "build_cases", "run_model_case"]

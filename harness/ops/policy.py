@@ -123,12 +123,25 @@ _EXACT = (
     "clamp_tie", "clamp_min_tie", "clamp_max_tie", "hardtanh_tie", "relu6_tie", "relu_tie",
 )
 _ABSOLUTE = (
-    "clamp_min_rounded_bound", "clamp_rounded_bound",  # Note [Ties at a rounded bound]
+    # Note [Ties at a rounded bound]: a bound the dtype cannot hold is rounded by the DUT
+    # and not by the up-cast reference (harness.model.cases asks rounded_bound_key())
+    "clamp_min_rounded_bound", "clamp_rounded_bound", "clamp_max_rounded_bound",
+    "threshold_backward",  # relu's gradient: one comparison and a select of the grad
     # one rounding of an elementary operation (msprobe's absolute threshold ops)
     "add", "sub", "mul", "div", "reciprocal", "rsqrt", "square", "frac", "outer",
     "relu", "relu6", "leaky_relu", "hardtanh", "threshold", "softshrink", "rrelu_eval",
     "rrelu", "_foreach_sub", "_foreach_mul", "_foreach_div", "_foreach_mul_scalar",
     "_foreach_add_scalar", "_foreach_reciprocal", "_foreach_mul_",
+)
+_ATEN_EXACT = (
+    # aten-level names a captured model dispatches (harness.model.cases): views, copies,
+    # fills, indexing and their backward ops; bit-equal like their catalog spellings
+    "view", "_unsafe_view", "_reshape_alias", "t", "expand", "copy", "_to_copy", "detach",
+    "alias", "lift_fresh", "select", "slice", "split_with_sizes", "squeeze", "unsqueeze",
+    "contiguous", "as_strided", "unfold", "constant_pad_nd", "zeros_like", "ones_like",
+    "full_like", "fill", "zero", "new_zeros", "new_ones", "new_full", "full", "zeros",
+    "ones", "scalar_tensor", "arange", "_local_scalar_dense", "max_pool1d_with_indices",
+    "max_pool2d_with_indices", "slice_backward", "select_backward",
 )
 _ULP = (
     # matrix multiplication (msprobe's ULP method)
@@ -136,7 +149,7 @@ _ULP = (
     "__rmatmul__",
 )
 OP_STANDARDS: dict[str, str] = {
-    **{name: "exact" for name in _EXACT},
+    **{name: "exact" for name in (*_EXACT, *_ATEN_EXACT)},
     **{name: "absolute" for name in _ABSOLUTE},
     **{name: "ulp" for name in _ULP},
     "add_alpha": "relative",   # x + alpha * y: two roundings, not one
@@ -157,12 +170,19 @@ def sums_products(op_name: str) -> bool:
 
 
 GRAD_STANDARDS: dict[str, str] = {
-    name: "exact" for name in (
+    **{name: "exact" for name in (
         "cat", "stack", "permute", "permute_contiguous", "transpose", "transpose_contiguous",
         "reshape", "flatten", "flip", "roll", "movedim", "split", "chunk", "unbind", "narrow",
         "squeeze_unsqueeze", "tril", "triu", "diagonal", "clone", "pad_constant",
         "pixel_shuffle", "pixel_unshuffle", "clamp_tie", "clamp_min_tie", "clamp_max_tie",
-        "hardtanh_tie", "relu6_tie", "relu_tie")}
+        "hardtanh_tie", "relu6_tie", "relu_tie",
+        # aten-level views a captured model dispatches: the gradient is viewed back
+        "view", "_unsafe_view", "_reshape_alias", "t", "expand", "detach", "alias", "select",
+        "slice", "split_with_sizes", "squeeze", "unsqueeze", "contiguous", "as_strided",
+        "constant_pad_nd")},
+    # a cast's gradient is cast back to the input's dtype: rounded on the DUT (fp16), not
+    # in the up-cast reference (fp32): a rounding, not a copy
+    "_to_copy": "absolute", "copy": "absolute"}
 """Input-gradient standard where it is not the rule: a gradient of an ``ulp`` op is
 ``ulp``, every other gradient ``relative`` (a gradient is rarely a single rounding), and
 the gradient of a pure copy (layout ops) or of a selection at a bound is ``exact``."""
@@ -175,6 +195,7 @@ def op_names(op_name: str) -> list[str]:
     """The keys ``op_name`` is looked up under, most specific first.
 
     ``aten.add.Tensor`` -> ``[aten.add.Tensor, add.Tensor, add]``;
+    ``aten._foreach_mul_.Scalar`` -> ``[..., _foreach_mul_, _foreach_mul, mul]``;
     ``nn.functional.pad:reflect`` -> ``[..., pad:reflect, pad_reflect, pad]``.
     """
     out = [op_name]
@@ -184,13 +205,37 @@ def op_names(op_name: str) -> list[str]:
             name = name[len(prefix):]
             out.append(name)
             break
-    if op_name.startswith(("aten.", "aten::", "torch.ops.aten.")) and "." in name:
-        name = name.split(".", 1)[0]  # the overload
-        out.append(name)
+    if op_name.startswith(("aten.", "aten::", "torch.ops.aten.")):
+        if "." in name:
+            name = name.split(".", 1)[0]  # the overload
+            out.append(name)
+        if name.endswith("_") and not name.endswith("__"):  # in place: as the op
+            name = name[:-1]
+            out.append(name)
+        if name.startswith("_foreach_"):  # a list of tensors: as the op on each
+            name = name[len("_foreach_"):]
+            out.append(name)
     if ":" in name:
         base, variant = name.split(":", 1)
         out += [f"{base}_{variant}", base]
     return list(dict.fromkeys(out))
+
+
+ROUNDED_BOUND_OPS = ("clamp", "clamp_min", "clamp_max")
+"""Ops with a scalar bound whose ``<op>_rounded_bound`` key applies when the bound is not
+representable in the case's dtype (Note [Ties at a rounded bound] in harness.ops.spec)."""
+
+
+def rounded_bound_key(op_name: str, scalars, dtype) -> str:
+    """``op_name``, or ``<op>_rounded_bound`` when it is a :data:`ROUNDED_BOUND_OPS` op and
+    a float bound in ``scalars`` changes when rounded to ``dtype``."""
+    base = op_names(op_name)[-1]
+    if base not in ROUNDED_BOUND_OPS or not dtype.is_floating_point:
+        return op_name
+    for value in scalars:
+        if isinstance(value, float) and float(torch.tensor(value, dtype=dtype)) != value:
+            return f"{base}_rounded_bound"
+    return op_name
 
 
 def standard_for(op_name: str, dtype, direction: str = "fwd") -> str:
