@@ -108,7 +108,7 @@ class LayerDiff:
 
 
 @dataclasses.dataclass
-class Report:
+class DivergenceReport:
     """What :func:`localize` found; :meth:`text` renders it for a failure message."""
 
     model: str
@@ -219,7 +219,7 @@ def _bar(value: float, width: int) -> str:
     return "#" * max(1, min(width, round(filled)))
 
 
-def depth_curve(report: Report, width: int = 32) -> str:
+def depth_curve(report: DivergenceReport, width: int = 32) -> str:
     """The depth-drift curve as text (Note [Depth drift])."""
     low, high = CURVE_DECADES
     lines = [f"depth drift: {report.model} ({report.dtype}) vs CPU fp32; bar = log10 rel_err "
@@ -240,7 +240,7 @@ def depth_curve(report: Report, width: int = 32) -> str:
     return "\n".join(lines)
 
 
-def plot_svg(report: Report) -> str:
+def plot_svg(report: DivergenceReport) -> str:
     """The depth-drift curve as an SVG string (inline in a report; no network, no file).
 
     Needs matplotlib (imported here, not at module import); raises ``RuntimeError`` with
@@ -383,7 +383,7 @@ def localize(model_factory: Callable[[], nn.Module], batch: tuple[torch.Tensor, 
              device, *, amp_dtype: Optional[torch.dtype] = None, seed: int = 0,
              train: bool = True, tolerance: Optional[Tolerance] = None,
              model_name: str = "model", loss_fn=F.cross_entropy,
-             dut_model: Optional[nn.Module] = None) -> Report:
+             dut_model: Optional[nn.Module] = None) -> DivergenceReport:
     """Run the DUT and the CPU fp32 reference side by side on one batch; compare layers.
 
     Args:
@@ -435,12 +435,12 @@ def localize(model_factory: Callable[[], nn.Module], batch: tuple[torch.Tensor, 
                       same.params.get(k) if same is not None else None)
               for k, v in dut_capture.params.items() if k in ref_capture.params]
     unmatched = sorted(set(dut_capture.forward) ^ set(ref_capture.forward))
-    return Report(model_name, f"{device.type}:{device.index}", dtype_name, seed, train, tol,
+    return DivergenceReport(model_name, f"{device.type}:{device.index}", dtype_name, seed, train, tol,
                   forward, backward, loss_dut, loss_ref, unmatched, params)
 
 
 def report_for(model_name: str, device, *, amp_dtype=None, seed: int = 0, scale: str = "small",
-               batch_size: int = 8, train: bool = True, dut_model=None) -> Report:
+               batch_size: int = 8, train: bool = True, dut_model=None) -> DivergenceReport:
     """:func:`localize` on a named model (:data:`harness.training.MODELS`) and one batch
     from :mod:`harness.data`: what a failing model-level check appends to its message."""
     from harness import data, training
