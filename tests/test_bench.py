@@ -256,3 +256,31 @@ def test_bench_runs_record_k_process_runs_and_compare_judges_them(tmp_path):
     assert compare.returncode == 0, compare.stdout[-3000:]
     assert "unreliable" in compare.stdout and "1 run(s) vs 2 baseline run(s)" in compare.stdout
     assert "record with --bench-runs 3" in compare.stdout
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "sched_setaffinity"), reason="no affinity")
+def test_a_cpu_benchmark_is_timed_on_one_cpu_and_gets_every_cpu_back(monkeypatch):
+    import os
+
+    from harness.bench.timing import PIN_ENV, pinned
+
+    cpu = Device("cpu")
+    allowed = os.sched_getaffinity(0)
+    monkeypatch.delenv(PIN_ENV, raising=False)
+    with pinned(cpu) as chosen:
+        assert chosen == min(allowed) and os.sched_getaffinity(0) == {chosen}
+    assert os.sched_getaffinity(0) == allowed
+    with pinned(cpu, clock="host") as chosen:  # work in other processes: every CPU
+        assert chosen is None and os.sched_getaffinity(0) == allowed
+    monkeypatch.setenv(PIN_ENV, "none")
+    with pinned(cpu) as chosen:
+        assert chosen is None
+    monkeypatch.setenv(PIN_ENV, "99999")
+    with pytest.raises(ValueError, match="may run on CPUs"):
+        with pinned(cpu):
+            pass
+    monkeypatch.setenv(PIN_ENV, "fast")
+    with pytest.raises(ValueError, match="a CPU number"):
+        with pinned(cpu):
+            pass
+    assert os.sched_getaffinity(0) == allowed

@@ -18,7 +18,7 @@ import statistics
 from typing import Optional
 
 from harness.bench.stats import BenchVerdict, Policy, judge
-from harness.bench.timing import RunStat, bench_rounds, run_values, time_plain
+from harness.bench.timing import RunStat, bench_rounds, pinned, run_values, time_plain
 from harness.bench.workloads import Prepared, Workload, WorkloadUnsupported
 
 
@@ -83,15 +83,18 @@ class BenchContext:
                             info={"bench_verdict": "unsupported", "reason": str(exc)})
             return None
         try:
-            own, flags = bench_rounds(benchmark, prepared.step, self.device,
-                                      budget_s=workload.budget_s, clock=workload.clock)
-            metrics = {"ms": own.value}
-            if workload.kind == "ratio":
-                plain = time_plain(prepared.reference, self.device, rounds=own.rounds,
-                                   inner=own.inner, clock=workload.clock)
-                metrics = {"ms": own.value, "reference_ms": plain.value}
-                own = dataclasses.replace(own, value=own.value / plain.value,
-                                          spread=own.spread / plain.value)
+            with pinned(self.device, workload.clock) as cpu:
+                own, flags = bench_rounds(benchmark, prepared.step, self.device,
+                                          budget_s=workload.budget_s, clock=workload.clock)
+                metrics = {"ms": own.value}
+                if workload.kind == "ratio":
+                    plain = time_plain(prepared.reference, self.device, rounds=own.rounds,
+                                       inner=own.inner, clock=workload.clock)
+                    metrics = {"ms": own.value, "reference_ms": plain.value}
+                    own = dataclasses.replace(own, value=own.value / plain.value,
+                                              spread=own.spread / plain.value)
+            if cpu is not None:
+                flags["pinned_cpu"] = cpu
         finally:
             prepared.close()
         return self.record(recorder, record_id, own, policy=workload.policy, metrics=metrics,

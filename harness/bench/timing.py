@@ -22,11 +22,12 @@ without a sync between calls. The number of rounds follows from the time budget.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import statistics
 import time
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 from harness.bench.stats import MAD_TO_SIGMA
 from harness.results import Rule, lower
@@ -38,6 +39,7 @@ MIN_ROUNDS, MAX_ROUNDS = 5, 60
 SLOW_STEP_S = 0.02  # steps slower than this get no extra warm-up round
 THREADS_ENV = "HARNESS_BENCH_THREADS"
 CPU_THREADS = 1
+PIN_ENV = "HARNESS_BENCH_CPU"
 
 
 @dataclasses.dataclass
@@ -158,6 +160,46 @@ def time_plain(step: Callable[[], object], device, *, rounds: int, inner: int = 
             device.synchronize()
         samples.append((now() - start) * 1e3 / inner)
     return RunStat(statistics.median(samples), _mad(samples), rounds, inner)
+
+
+# Note [One CPU per timed benchmark]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# On a shared 2-core host, a CPU benchmark's process runs came out bimodal (layer_norm
+# 0.10 vs 0.17 ms, sdpa 1.1 vs 1.6 ms, the 1-element add 3.4 vs 7.4 us): the modes followed
+# the CPU the process ran on (taskset: CPU 0 gave 8 of 8 runs within 2%, CPU 1 slow in 3 of
+# 4 at one time), and a process that migrates between CPUs loses its caches. So while an
+# in-process CPU benchmark is timed (``clock="device"``), the process is pinned to one CPU:
+# the lowest of its allowed CPUs, or ``HARNESS_BENCH_CPU`` (a CPU number, or ``none`` to
+# leave placement to the scheduler), as pyperf advises pinning benchmarks. Workloads timed
+# in other processes (DataLoader workers, ``clock="host"``; the all_reduce ranks, started
+# outside) keep every CPU. Accelerators are not pinned (the device does the work).
+
+
+@contextlib.contextmanager
+def pinned(device, clock: str = "device") -> Iterator[Optional[int]]:
+    """Pin this process to one CPU while a CPU benchmark is timed (Note [One CPU per timed
+    benchmark]); yields the CPU, or None when not pinned."""
+    choice = os.environ.get(PIN_ENV, "").strip().lower()
+    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    if device.is_accelerator or clock != "device" or not allowed or choice == "none":
+        yield None
+        return
+    if choice:
+        try:
+            cpu = int(choice)
+        except ValueError:
+            raise ValueError(f"{PIN_ENV}={choice!r}: give a CPU number (one of "
+                             f"{sorted(allowed)}) or 'none'") from None
+        if cpu not in allowed:
+            raise ValueError(f"{PIN_ENV}={cpu}: this process may run on CPUs "
+                             f"{sorted(allowed)} only")
+    else:
+        cpu = min(allowed)
+    os.sched_setaffinity(0, {cpu})
+    try:
+        yield cpu
+    finally:
+        os.sched_setaffinity(0, allowed)
 
 
 def bench_threads(device) -> Optional[int]:
