@@ -217,9 +217,12 @@ def test_preferred_amp_dtype_per_type():
         "mps": torch.float16, "cpu": torch.bfloat16}
 
 
+TORCH_OOM = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError  # < 2.5
+
+
 @pytest.mark.parametrize("device_type,exc,oom", [
-    ("cpu", torch.OutOfMemoryError("harness tracker: out of memory"), True),
-    ("npu", torch.OutOfMemoryError("NPU out of memory. Tried to allocate 2.00 GiB"), True),
+    ("cpu", TORCH_OOM("harness tracker: out of memory"), True),
+    ("npu", TORCH_OOM("NPU out of memory. Tried to allocate 2.00 GiB"), True),
     # older torch_npu: a plain RuntimeError that only its text identifies
     ("npu", RuntimeError("NPU out of memory. Tried to allocate 2.00 GiB (NPU 0; 60.97 GiB "
                          "total capacity; 58.10 GiB already allocated)"), True),

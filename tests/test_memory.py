@@ -132,7 +132,7 @@ def test_max_batch_search_doubles_then_bisects():
 
     def attempt(batch):
         if batch * per_sample > cap:
-            raise torch.OutOfMemoryError("synthetic")
+            raise memory.TORCH_OOM("synthetic")
         return batch * per_sample
 
     found = memory.max_batch_under_cap(attempt, device=Device("cpu"), start=4)
