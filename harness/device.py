@@ -72,6 +72,11 @@ import torch
 from harness import dtypes, faults
 from harness.kinds import DEVICE_TYPES, KINDS, Kind
 
+# torch.OutOfMemoryError is torch >= 2.5; torch.cuda's exists on every build
+TORCH_OOM: type[BaseException] = getattr(torch, "OutOfMemoryError", None) \
+    or torch.cuda.OutOfMemoryError
+"""torch's out-of-memory exception class (what a harness memory cap raises)."""
+
 
 class DeviceUnavailable(RuntimeError):
     """A requested device cannot be used; the message says why and how to fix it."""
@@ -557,8 +562,7 @@ class Device:
     def oom_error(self) -> type[BaseException]:
         """The exception this device raises on out-of-memory on current stacks (and what
         the harness's own caps raise); :meth:`is_out_of_memory` also knows older ones."""
-        return getattr(torch, "OutOfMemoryError", None) or getattr(
-            torch.cuda, "OutOfMemoryError", RuntimeError)
+        return TORCH_OOM
 
     def is_out_of_memory(self, exc: BaseException) -> bool:
         """Whether ``exc`` is this device running out of memory: :attr:`oom_error`, or a

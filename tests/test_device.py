@@ -217,7 +217,7 @@ def test_preferred_amp_dtype_per_type():
         "mps": torch.float16, "cpu": torch.bfloat16}
 
 
-TORCH_OOM = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError  # < 2.5
+TORCH_OOM = device_mod.TORCH_OOM
 
 
 @pytest.mark.parametrize("device_type,exc,oom", [

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from harness.bench.runs import CHILD_ENV, read_runs
-from harness.bench.stats import Policy, judge
+from harness.bench.stats import Policy, judge, robust_spread
 from harness.bench.timing import run_values
 
 PHASES = ("baseline", "aa", "fault")
@@ -153,8 +153,6 @@ def judge_all(values: dict[str, dict[str, list[float]]], *, keep: int, compare_r
         pb = {phase: sum(bool(check.fails({"median": series[i]}, {"median": base[i]}))
                          for i in range(n)) for phase, series in (("aa", aa), ("fault", fault))}
         logs = [math.log(v) for v in stored]
-        from harness.bench.stats import robust_spread
-
         spread = robust_spread(logs)
         ratio = statistics.median(fault) / statistics.median(base)
         rows.append(Row(record_id, spread, ratio, counts["aa"], counts["aa_s"], counts["fault"],

@@ -15,20 +15,16 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-import torch
-
+from harness.device import TORCH_OOM
 from harness.memory.collect import release, young_gc
 
-# torch.OutOfMemoryError is torch >= 2.5; torch.cuda's exists on every build
-TORCH_OOM: type[BaseException] = getattr(torch, "OutOfMemoryError", None) \
-    or torch.cuda.OutOfMemoryError
-"""torch's out-of-memory exception class (what a tracker cap raises by default)."""
+__all__ = ["TORCH_OOM", "Threshold", "is_out_of_memory", "max_batch_under_cap", "oom_error"]
 
 
 def oom_error(device) -> type[BaseException]:
-    """The exception class an over-cap allocation raises on ``device``: the device's own
-    (``Device.oom_error``), else torch's ``OutOfMemoryError``."""
-    return getattr(device, "oom_error", None) or TORCH_OOM
+    """The exception class an over-cap allocation raises on ``device``
+    (``Device.oom_error``)."""
+    return device.oom_error
 
 
 def is_out_of_memory(device, exc: BaseException) -> bool:
