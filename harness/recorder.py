@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import zlib
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence, Union
 
 from harness.results import Record
 
@@ -54,9 +54,11 @@ def suite_area(path: Path, rootpath: Path) -> Optional[str]:
     return parts[1] if len(parts) > 2 and parts[0] == SUITES_DIR else None
 
 
-def reproduce_command(nodeid: str, device_type: str, seed: int) -> str:
-    """A one-line command that runs one check alone, on the same device with the same seed."""
-    return f"python -m pytest '{nodeid}' --device {device_type} --seed {seed}"
+def reproduce_command(nodeid: Union[str, Sequence[str]], device_type: str, seed: int) -> str:
+    """A one-line command that runs one check (or these checks) alone, on the same device
+    with the same seed."""
+    nodes = " ".join(f"'{n}'" for n in ([nodeid] if isinstance(nodeid, str) else nodeid))
+    return f"python -m pytest {nodes} --device {device_type} --seed {seed}"
 
 
 class Recorder:

@@ -45,6 +45,7 @@ import math
 import re
 from typing import Any, Iterable, Optional
 
+from harness.recorder import reproduce_command
 from harness.regress import Finding, judge
 from harness.results import NON_FINITE, Record, Rule, RunResults
 
@@ -304,10 +305,8 @@ def reproduce_line(records: list[Record], run: RunResults) -> str:
     tests = sorted({r.test for r in records if r.test})
     if not tests:
         return ""
-    device = run.fingerprint.get("device_type", "cpu")
     seed = run.seed if run.seed is not None else 0
-    nodes = " ".join(f"'{t}'" for t in tests)
-    line = f"python -m pytest {nodes} --device {device} --seed {seed}"
+    line = reproduce_command(tests, run.fingerprint.get("device_type", "cpu"), seed)
     regex = op_filter_for(r.id for r in records)
     if regex:
         line += f" --op-filter '{regex}'"
