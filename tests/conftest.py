@@ -1,7 +1,11 @@
 """Shared fixtures for the harness's own tests."""
 
+import os
+
 import pytest
 import torch._dynamo  # noqa: F401 - see the note below
+
+import early
 
 # Note [pytester and torch's lazy imports]: pytester's in-process runs restore
 # sys.modules afterwards, so a torch module first imported inside one (torch.manual_seed
@@ -9,6 +13,27 @@ import torch._dynamo  # noqa: F401 - see the note below
 # its operator library, which torch refuses. Importing it here keeps it for all runs.
 
 pytest_plugins = ["pytester"]
+_STARTED_EARLY = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Start the selected modules' early jobs and run those modules last (Note [Early
+    jobs] in tests/early.py). Not under --collect-only, nor in an xdist worker (each
+    worker would start every job; there the fixtures run them when they need them)."""
+    jobs = [job for module in dict.fromkeys(item.module for item in items
+                                            if getattr(item, "module", None))
+            for job in getattr(module, "EARLY", ())]
+    if not jobs or config.option.collectonly or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    items.sort(key=lambda item: bool(getattr(getattr(item, "module", None), "EARLY", ())))
+    early.start(jobs)
+    config.stash[_STARTED_EARLY] = True
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if config.stash.get(_STARTED_EARLY, False):  # not an inner pytest run's end
+        early.stop()
 
 
 @pytest.fixture

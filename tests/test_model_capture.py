@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 import torch
 from torch import nn
 
+import early
 from harness import faults
 from harness.device import Device
 from harness.model import capture as capture_mod
@@ -304,25 +306,35 @@ LOGADDEXP_DRIFT = perturb_op(
 '''
 
 
-def _suite(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
-    env = {**os.environ,
-           "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT),
-                                          os.environ.get("PYTHONPATH", "")])}
+def _suite(folder: Path, env: dict, *extra: str) -> subprocess.CompletedProcess:
+    env = {**env, "PYTHONPATH": os.pathsep.join([str(folder), str(ROOT),
+                                                 env.get("PYTHONPATH", "")])}
     env.pop(faults.ENV_VAR, None)
-    return subprocess.run(
+    return early.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "npu",
          "suites/model", "--model", "usernet:usernet", "--model-input", "6x12",
-         "--baseline", "off", "--results-dir", str(tmp_path / "results"), *extra],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+         "--baseline", "off", "--results-dir", str(folder / "results"), *extra],
+        cwd=ROOT, env=env, timeout=600)
 
 
-def test_a_user_model_on_pythonpath_is_green_and_red_under_a_fault_in_its_op(tmp_path):
-    (tmp_path / "usernet.py").write_text(textwrap.dedent(USER_MODEL))
-    clean = _suite(tmp_path)
+def _user_model_runs(env: dict) -> tuple[subprocess.CompletedProcess, ...]:
+    """The suite on a user's model module, clean and with a fault in one of its ops."""
+    with tempfile.TemporaryDirectory(prefix="usernet-") as tmp:
+        folder = Path(tmp)
+        (folder / "usernet.py").write_text(textwrap.dedent(USER_MODEL))
+        return (_suite(folder, env),
+                _suite(folder, env, "--inject-fault", "usernet:LOGADDEXP_DRIFT"))
+
+
+USER_MODEL_RUNS = early.Job("the suite on a user's model", _user_model_runs)
+EARLY = (USER_MODEL_RUNS,)
+
+
+def test_a_user_model_on_pythonpath_is_green_and_red_under_a_fault_in_its_op():
+    clean, broken = early.result(USER_MODEL_RUNS)
     assert clean.returncode == 0, clean.stdout[-3000:]
     assert "test_model_case" not in clean.stdout  # nothing failed
     assert " passed" in clean.stdout
-    broken = _suite(tmp_path, "--inject-fault", "usernet:LOGADDEXP_DRIFT")
     assert broken.returncode == 1, broken.stdout[-3000:]
     assert "FAILED suites/model/test_model.py::test_model_case[usernet-aten.logaddexp.default-" \
         in broken.stdout

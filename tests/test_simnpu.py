@@ -14,11 +14,14 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
+import early
 from harness import device as device_mod
 from harness import simnpu
 
@@ -28,18 +31,20 @@ needs_compiler = pytest.mark.skipif(simnpu.compiler_missing() is not None,
                                     reason=f"SimNPU cannot be built: {simnpu.compiler_missing()}")
 
 
-def _env(**extra: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HARNESS_SIMNPU")}
-    if os.environ.get("HARNESS_SIMNPU_CACHE"):
-        env["HARNESS_SIMNPU_CACHE"] = os.environ["HARNESS_SIMNPU_CACHE"]
+def _env(base: Optional[dict] = None, **extra: str) -> dict:
+    base = os.environ if base is None else base
+    env = {k: v for k, v in base.items() if not k.startswith("HARNESS_SIMNPU")}
+    if base.get("HARNESS_SIMNPU_CACHE"):
+        env["HARNESS_SIMNPU_CACHE"] = base["HARNESS_SIMNPU_CACHE"]
     env.update({"HARNESS_SIMNPU": "1", "PYTHONPATH": str(ROOT),
                 "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}, **extra)
     return env
 
 
-def _run(args: list[str], timeout: float = 600, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], cwd=ROOT, env=_env(**env), text=True,
-                          capture_output=True, timeout=timeout)
+def _run(args: list[str], timeout: float = 600, base: Optional[dict] = None,
+         **env: str) -> subprocess.CompletedProcess:
+    return early.run([sys.executable, *args], cwd=ROOT, env=_env(base, **env),
+                     timeout=timeout)
 
 
 # ----------------------------------------------------------- activation (no loading)
@@ -156,13 +161,43 @@ _PROBE = textwrap.dedent(r"""
 """)
 
 
+def _probe(env: dict):
+    return _run(["-c", _PROBE], base=env, HARNESS_SIMNPU_CANN="8.0.RC3",
+                HARNESS_SIMNPU_FALLBACK_OPS="aten::sort",
+                HARNESS_SIMNPU_UNSUPPORTED_OPS="aten::cumsum")
+
+
+def _upgrade(env: dict) -> dict:
+    """Record on simulated CANN 8.0.RC3, then run on 8.0.0 as it is and with sort falling
+    back to the CPU."""
+    with tempfile.TemporaryDirectory(prefix="simnpu-upgrade-") as tmp:
+        store = Path(tmp) / "baselines"
+        common = ["-m", "pytest", "-m", "npu", "--device", "npu", "-p", "no:cacheprovider",
+                  "-p", "no:randomly", f"--baseline-dir={store}",
+                  f"--results-dir={Path(tmp) / 'results'}", "suites/ops/test_catalog.py",
+                  "--op-filter", r"^sort-float32-fwd-typical$"]
+        old = _run([*common, "--baseline", "record"], base=env, HARNESS_SIMNPU_CANN="8.0.RC3")
+        recorded = (store / "npu" / "simnpu" / "cann-8.0.RC3.json").is_file()
+        same = _run(common, base=env, HARNESS_SIMNPU_CANN="8.0.0")
+        worse = _run(common, base=env, HARNESS_SIMNPU_CANN="8.0.0",
+                     HARNESS_SIMNPU_FALLBACK_OPS="aten::sort")
+    return {"old": old, "recorded": recorded, "same": same, "worse": worse}
+
+
+def _if_buildable(fn):
+    return (lambda env: None) if simnpu.compiler_missing() else fn
+
+
+PROBE = early.Job("SimNPU probe", _if_buildable(_probe))
+UPGRADE = early.Job("SimNPU CANN upgrade", _if_buildable(_upgrade))
+EARLY = (PROBE, UPGRADE)
+
+
 @pytest.fixture(scope="module")
 def observed():
     if simnpu.compiler_missing():
         pytest.skip(f"SimNPU cannot be built: {simnpu.compiler_missing()}")
-    proc = _run(["-c", _PROBE], HARNESS_SIMNPU_CANN="8.0.RC3",
-                HARNESS_SIMNPU_FALLBACK_OPS="aten::sort",
-                HARNESS_SIMNPU_UNSUPPORTED_OPS="aten::cumsum")
+    proc = early.result(PROBE)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("SIMNPU-JSON ")]
     assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads(lines[-1].split(" ", 1)[1])
@@ -236,21 +271,15 @@ def test_doctor_lists_the_simulated_npu_and_its_stack():
 
 
 @needs_compiler
-def test_simulated_cann_upgrade_compares_with_the_older_stack(tmp_path):
+def test_simulated_cann_upgrade_compares_with_the_older_stack():
     """Record on simulated CANN 8.0.RC3, run on 8.0.0: the newest older stack is chosen;
     an op that starts falling back on the new stack is a regression."""
-    store = tmp_path / "baselines"
-    common = ["-m", "pytest", "-m", "npu", "--device", "npu", "-p", "no:cacheprovider",
-              "-p", "no:randomly", f"--baseline-dir={store}",
-              f"--results-dir={tmp_path / 'results'}", "suites/ops/test_catalog.py",
-              "--op-filter", r"^sort-float32-fwd-typical$"]
-    old = _run([*common, "--baseline", "record"], HARNESS_SIMNPU_CANN="8.0.RC3")
+    runs = early.result(UPGRADE)
+    old, same, worse = runs["old"], runs["same"], runs["worse"]
     assert old.returncode == 0, old.stdout[-3000:]
-    assert (store / "npu" / "simnpu" / "cann-8.0.RC3.json").is_file()
-    same = _run(common, HARNESS_SIMNPU_CANN="8.0.0")
+    assert runs["recorded"]
     assert same.returncode == 0, same.stdout[-3000:]
     assert "cann-8.0.RC3" in next(line for line in same.stdout.splitlines()
                                   if line.startswith("harness: baseline"))
-    worse = _run(common, HARNESS_SIMNPU_CANN="8.0.0", HARNESS_SIMNPU_FALLBACK_OPS="aten::sort")
     assert worse.returncode != 0, worse.stdout[-3000:]
     assert "fallback" in worse.stdout

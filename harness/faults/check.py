@@ -66,11 +66,19 @@ class FaultResult:
         return self.caught or not self.applicable
 
     def to_json(self) -> dict:
-        return {"name": self.fault.name, "family": self.fault.family,
-                "description": self.fault.description, "caught": self.caught,
-                "applicable": self.applicable,
-                "caught_by": self.caught_by, "exit_code": self.run.exit_code,
-                "seconds": round(self.run.seconds, 1)}
+        out = {"name": self.fault.name, "family": self.fault.family,
+               "description": self.fault.description, "caught": self.caught,
+               "applicable": self.applicable,
+               "caught_by": self.caught_by, "exit_code": self.run.exit_code,
+               "seconds": round(self.run.seconds, 1)}
+        if not self.ok:  # what a user needs to see why
+            out["output_tail"] = self.run.output[-OUTPUT_TAIL:]
+        return out
+
+
+OUTPUT_TAIL = 3000
+"""Characters of a run's output the JSON report keeps for a missed fault or a red clean
+run."""
 
 
 # Note [Fault runs from a fork server]
@@ -85,7 +93,7 @@ class FaultResult:
 # ``fork``) runs ``python -m pytest`` per run instead; outcomes are the same either way,
 # read from the results file each run writes.
 
-PRELOAD = ("torch", "numpy", "pytest", "hypothesis", "harness.plugin", "harness.ops.catalog",
+PRELOAD = ("torch", "torch._dynamo", "numpy", "pytest", "hypothesis", "harness.plugin", "harness.ops.catalog",
            "harness.training", "harness.memory", "harness.distributed")
 """Modules the fork server imports once (Note [Fault runs from a fork server])."""
 
@@ -261,8 +269,11 @@ def clean_ok(clean: RunOutcome) -> bool:
 
 
 def report_json(clean: RunOutcome, found: Sequence[FaultResult]) -> dict:
-    return {"clean_ok": clean_ok(clean), "clean_seconds": round(clean.seconds, 1),
-            "clean_failed": clean.failed, "faults": [r.to_json() for r in found]}
+    out = {"clean_ok": clean_ok(clean), "clean_seconds": round(clean.seconds, 1),
+           "clean_failed": clean.failed, "faults": [r.to_json() for r in found]}
+    if not out["clean_ok"]:
+        out["clean_output_tail"] = clean.output[-OUTPUT_TAIL:]
+    return out
 
 
 def report_text(clean: RunOutcome, found: Sequence[FaultResult]) -> str:

@@ -137,11 +137,24 @@ def build(verbose: bool = False):
 
         directory = cache_dir()
         directory.mkdir(parents=True, exist_ok=True)
-        source = Path(__file__).with_name("simnpu.cpp")
+        source = _source_in(directory)
         _ext = cpp_extension.load(name="harness_simnpu", sources=[str(source)],
                                   build_directory=str(directory), extra_cflags=["-O1"],
                                   verbose=verbose)
         return _ext
+
+
+def _source_in(directory: Path) -> Path:
+    """The extension's source, copied into the build folder when it differs: ninja keys
+    its build on the source's path too, so building from one fixed path lets every clone of
+    the project share one build."""
+    text = Path(__file__).with_name("simnpu.cpp").read_bytes()
+    source = directory / "simnpu.cpp"
+    if not source.is_file() or source.read_bytes() != text:
+        partial = directory / f".simnpu.cpp.{os.getpid()}"
+        partial.write_bytes(text)
+        os.replace(partial, source)  # a concurrent build never reads half a file
+    return source
 
 
 def load(verbose: bool = False):

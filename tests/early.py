@@ -1,0 +1,100 @@
+"""Slow child-process work started at collection, so that it runs beside the other tests.
+
+Note [Early jobs]
+~~~~~~~~~~~~~~~~~
+A few fixtures spend their time waiting on child processes: the fault matrix (one pytest
+run per fault), the SimNPU probe and its CANN-upgrade rehearsal. Run in order, they left one
+of the two cores idle for minutes. So a test module lists such work as
+``EARLY = (Job(...), ...)``; when collection selects a test of that module,
+``tests/conftest.py`` starts its jobs on one background lane (one job at a time, in
+collection order) and moves the module's tests to the end of the session; a fixture then
+takes ``result(job)``, which waits for the job (or runs it now when nothing started it, as
+under ``--collect-only`` or in an xdist worker).
+
+A job's function runs on the lane's thread and gets the environment as it was at
+collection (``env``), so no test's monkeypatched environment reaches it; it should only
+start child processes and read what they write. ``stop()`` (at unconfigure) kills the
+child processes of a job still running, so an interrupted session leaves none behind.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import os
+import signal
+import subprocess
+import threading
+from typing import Any, Callable, Optional, Sequence
+
+_LANE: Optional[concurrent.futures.ThreadPoolExecutor] = None
+_FUTURES: dict[str, concurrent.futures.Future] = {}
+_RUNNING: set[subprocess.Popen] = set()
+_LOCK = threading.Lock()
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """``fn(env)``: the work; ``name``: unique, for the session's messages."""
+
+    name: str
+    fn: Callable[[dict], Any]
+
+
+def start(jobs: Sequence[Job], env: Optional[dict] = None) -> None:
+    """Queue the jobs not started yet on the background lane."""
+    global _LANE
+    snapshot = dict(os.environ if env is None else env)
+    with _LOCK:
+        if _LANE is None:
+            _LANE = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="early-job")
+        for job in jobs:
+            if job.name not in _FUTURES:
+                _FUTURES[job.name] = _LANE.submit(job.fn, snapshot)
+
+
+def result(job: Job) -> Any:
+    """The job's return value (its exception re-raised); waits, starting it if needed."""
+    with _LOCK:
+        future = _FUTURES.get(job.name)
+    if future is None:
+        return job.fn(dict(os.environ))
+    return future.result()
+
+
+def run(args: Sequence[str], *, env: dict, timeout: float, cwd=None) -> subprocess.CompletedProcess:
+    """``subprocess.run`` in a session of its own, remembered so ``stop()`` can kill it."""
+    proc = subprocess.Popen(list(args), cwd=cwd, env=env, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    with _LOCK:
+        _RUNNING.add(proc)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill(proc)
+        stdout, stderr = proc.communicate()
+        stderr += f"\n[early job] killed after {timeout:.0f} s"
+    finally:
+        with _LOCK:
+            _RUNNING.discard(proc)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    try:  # the whole session: a pytest run's own children too
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def stop() -> None:
+    """Drop queued jobs and kill the running ones (the session is over)."""
+    global _LANE
+    with _LOCK:
+        lane, _LANE = _LANE, None
+        running = list(_RUNNING)
+    if lane is not None:
+        lane.shutdown(wait=False, cancel_futures=True)
+    for proc in running:
+        _kill(proc)
+    _FUTURES.clear()
