@@ -27,11 +27,6 @@ import subprocess
 import threading
 from typing import Any, Callable, Optional, Sequence
 
-_LANE: Optional[concurrent.futures.ThreadPoolExecutor] = None
-_FUTURES: dict[str, concurrent.futures.Future] = {}
-_RUNNING: set[subprocess.Popen] = set()
-_LOCK = threading.Lock()
-
 
 @dataclasses.dataclass(frozen=True)
 class Job:
@@ -41,25 +36,55 @@ class Job:
     fn: Callable[[dict], Any]
 
 
+class Lane:
+    """One background thread running jobs one after another."""
+
+    def __init__(self) -> None:
+        self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        self._futures: dict[str, concurrent.futures.Future] = {}
+        self._lock = threading.Lock()
+
+    def start(self, jobs: Sequence[Job], env: Optional[dict] = None) -> None:
+        """Queue the jobs not started yet, with the environment as it is now."""
+        snapshot = dict(os.environ if env is None else env)
+        with self._lock:
+            if self._pool is None:
+                self._pool = concurrent.futures.ThreadPoolExecutor(
+                    1, thread_name_prefix="early-job")
+            for job in jobs:
+                if job.name not in self._futures:
+                    self._futures[job.name] = self._pool.submit(job.fn, snapshot)
+
+    def result(self, job: Job) -> Any:
+        """The job's return value (its exception re-raised); waits, or runs it now when
+        nothing started it."""
+        with self._lock:
+            future = self._futures.get(job.name)
+        if future is None:
+            return job.fn(dict(os.environ))
+        return future.result()
+
+    def stop(self) -> None:
+        """Drop the queued jobs (the running one's children: :func:`stop`)."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+            self._futures.clear()
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+
+LANE = Lane()
+"""The session's lane: tests/conftest.py starts the selected modules' jobs on it."""
+_RUNNING: set[subprocess.Popen] = set()
+_LOCK = threading.Lock()
+
+
 def start(jobs: Sequence[Job], env: Optional[dict] = None) -> None:
-    """Queue the jobs not started yet on the background lane."""
-    global _LANE
-    snapshot = dict(os.environ if env is None else env)
-    with _LOCK:
-        if _LANE is None:
-            _LANE = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="early-job")
-        for job in jobs:
-            if job.name not in _FUTURES:
-                _FUTURES[job.name] = _LANE.submit(job.fn, snapshot)
+    LANE.start(jobs, env)
 
 
 def result(job: Job) -> Any:
-    """The job's return value (its exception re-raised); waits, starting it if needed."""
-    with _LOCK:
-        future = _FUTURES.get(job.name)
-    if future is None:
-        return job.fn(dict(os.environ))
-    return future.result()
+    return LANE.result(job)
 
 
 def run(args: Sequence[str], *, env: dict, timeout: float, cwd=None) -> subprocess.CompletedProcess:
@@ -88,13 +113,9 @@ def _kill(proc: subprocess.Popen) -> None:
 
 
 def stop() -> None:
-    """Drop queued jobs and kill the running ones (the session is over)."""
-    global _LANE
+    """Drop the session's queued jobs and kill the running children (the session is over)."""
+    LANE.stop()
     with _LOCK:
-        lane, _LANE = _LANE, None
         running = list(_RUNNING)
-    if lane is not None:
-        lane.shutdown(wait=False, cancel_futures=True)
     for proc in running:
         _kill(proc)
-    _FUTURES.clear()

@@ -284,3 +284,84 @@ def test_a_cpu_benchmark_is_timed_on_one_cpu_and_gets_every_cpu_back(monkeypatch
         with pinned(cpu):
             pass
     assert os.sched_getaffinity(0) == allowed
+
+
+def test_freed_memory_stays_in_the_process_while_a_cpu_benchmark_is_timed(monkeypatch):
+    from harness.bench import timing
+
+    calls = []
+    monkeypatch.setattr(timing, "_mallopt", lambda: lambda option, value: calls.append(
+        (option, value)) or 1)
+    with timing.freed_memory_kept(Device("cpu")) as kept:
+        assert kept and calls == [(timing._M_MMAP_THRESHOLD, timing._KEEP_FREED),
+                                  (timing._M_TRIM_THRESHOLD, timing._KEEP_FREED)]
+    assert calls[2:] == [(timing._M_MMAP_THRESHOLD, timing._GLIBC_DEFAULT_THRESHOLD),
+                         (timing._M_TRIM_THRESHOLD, timing._GLIBC_DEFAULT_THRESHOLD)]
+    calls.clear()
+
+    class Accelerator:
+        is_accelerator = True
+
+    with timing.freed_memory_kept(Accelerator()) as kept:  # its allocator caches already
+        assert not kept and calls == []
+    monkeypatch.setattr(timing, "_mallopt", lambda: None)  # no glibc
+    with timing.freed_memory_kept(Device("cpu")) as kept:
+        assert not kept
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt: Linux")
+def test_the_real_mallopt_is_found_and_accepts_the_thresholds():
+    from harness.bench import timing
+
+    with timing.freed_memory_kept(Device("cpu")) as kept:
+        assert kept
+
+
+def test_a_training_step_benchmark_repeats_the_same_work():
+    """Note [A timed step repeats the same work]: the weights do not move between rounds,
+    yet the optimizer runs (its momentum buffers fill)."""
+    import torch
+
+    from harness.bench import workloads
+
+    workload = next(w for w in workloads.WORKLOADS if w.id.startswith("bench/train/simplecnn")
+                    and "float32" in w.id)
+    prepared = workload.build(Device("cpu"), "small")
+    model, optimizer = prepared.state["model"], prepared.state["optimizer"]
+    before = [p.detach().clone() for p in model.parameters()]
+    for _ in range(3):
+        prepared.step()
+    assert all(torch.equal(a, p) for a, p in zip(before, model.parameters()))
+    buffers = [optimizer.state[p]["momentum_buffer"] for p in model.parameters()]
+    assert all(b is not None for b in buffers) and any(bool(b.abs().sum() > 0) for b in buffers)
+
+
+def test_a_slow_down_of_the_host_itself_is_only_suspicious():
+    """Note [Host control]: the same 15% slower runs are a regression when the host
+    control ran as fast as in the baseline, and suspicious when it was slower too."""
+    rng = random.Random(3)
+    base, cur = _runs(10.0, 0.01, 10, rng), _runs(11.5, 0.01, 2, rng)
+    quiet = ([1.0] * 10, [1.01, 0.99])
+    busy = ([1.0] * 10, [1.2, 1.25])
+    assert stats.judge(base, cur, controls=quiet).verdict == "regression"
+    verdict = stats.judge(base, cur, controls=busy)
+    assert verdict.verdict == "suspicious" and "so was the host" in verdict.reason
+    assert verdict.host_ratio == pytest.approx(1.225) and "host control ratio" in verdict.summary()
+    missing = ([None] * 10, [1.2, 1.25])  # a baseline recorded before the control
+    assert stats.judge(base, cur, controls=missing).verdict == "regression"
+    assert stats.judge(base, cur, controls=missing).host_ratio is None
+
+
+def test_the_host_control_is_timed_around_each_cpu_benchmark(tmp_path):
+    """A benchmark run records each run's host control beside its value."""
+    out = tmp_path / "results"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "suites/bench", "-m", "benchmark", "-k", "op and softmax",
+                           "--baseline", "off", "--results-dir", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    record = json.loads(next(out.glob("*.json")).read_text())["records"][
+        "bench/op/softmax/float32/fwd/256x1024"]
+    (run,) = record["info"]["runs"]
+    assert run["control_ms"] > 0
+    assert record["info"].get("freed_memory_kept", False) is sys.platform.startswith("linux")

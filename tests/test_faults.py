@@ -92,3 +92,7 @@ def test_a_fault_whose_checks_all_skip_is_not_applicable_not_caught():
     text = fault_check.report_text(fault_check.RunOutcome(0, {"x": "passed"}, 1, ""),
                                    [skipped, crashed])
     assert "0/1 faults caught; NOT caught: example.add_drift; 1 not applicable here" in text
+    report = fault_check.report_json(fault_check.RunOutcome(2, {}, 1, "clean exploded"),
+                                     [skipped, crashed])
+    assert [f.get("output_tail") for f in report["faults"]] == [None, "boom"]  # missed: why
+    assert report["clean_output_tail"] == "clean exploded" and not report["clean_ok"]

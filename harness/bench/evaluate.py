@@ -44,7 +44,7 @@ from typing import Callable, Optional, Sequence
 
 from harness.bench.runs import CHILD_ENV, read_runs
 from harness.bench.stats import Policy, judge, robust_spread
-from harness.bench.timing import run_values
+from harness.bench.timing import run_controls, run_values
 
 PHASES = ("baseline", "aa", "fault")
 PYTEST_BENCHMARK_RULE = "median:10%"
@@ -62,8 +62,9 @@ def fault_for(slowdown: float) -> str:
 
 
 def one_run(out: Path, *, root: Path, device: str, fault: Optional[str], select: Optional[str],
-            scale: str, timeout: float) -> dict[str, float]:
-    """One process run of the benchmark family: record id -> its run statistic."""
+            scale: str, timeout: float) -> dict[str, tuple[float, Optional[float]]]:
+    """One process run of the benchmark family: record id -> its run statistic and its
+    host control (Note [Host control]; None where not measured)."""
     import os
 
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "suites/bench",
@@ -79,9 +80,9 @@ def one_run(out: Path, *, root: Path, device: str, fault: Optional[str], select:
                        timeout=timeout)
     values = {}
     for record_id, runs in read_runs(out).items():
-        found = run_values(runs)
+        found, controls = run_values(runs), run_controls(runs)
         if found:
-            values[record_id] = found[-1]
+            values[record_id] = (found[-1], controls[-1])
     return values
 
 
@@ -125,8 +126,10 @@ def runs_needed(spread: float, slowdown: float, keep: int, policy: Policy,
 
 def judge_all(values: dict[str, dict[str, list[float]]], *, keep: int, compare_runs: int,
               slowdown: float, policies: Optional[dict] = None,
-              ratios: frozenset = frozenset()) -> list[Row]:
-    """The table rows from ``phase -> record id -> per-run values`` (Note [Measuring ...])."""
+              ratios: frozenset = frozenset(),
+              controls: Optional[dict[str, dict[str, list]]] = None) -> list[Row]:
+    """The table rows from ``phase -> record id -> per-run values`` (Note [Measuring ...]);
+    ``controls`` (same layout): each run's host control, for the verdict's guard."""
     from pytest_benchmark.utils import parse_compare_fail
 
     check = parse_compare_fail(PYTEST_BENCHMARK_RULE)
@@ -140,11 +143,15 @@ def judge_all(values: dict[str, dict[str, list[float]]], *, keep: int, compare_r
         policy = next((p for prefix, p in (policies or {}).items()
                        if record_id.startswith(prefix)), Policy())
         stored = base[-keep:]
+        ctl = {phase: (controls or {}).get(phase, {}).get(record_id) or [None] * len(series)
+               for phase, series in (("baseline", base), ("aa", aa), ("fault", fault))}
         counts = {"aa": 0, "aa_s": 0, "fault": 0, "unreliable": 0}
         for i in range(n):
             for phase, series in (("aa", aa), ("fault", fault)):
-                current = [series[(i + j) % len(series)] for j in range(compare_runs)]
-                verdict = judge(stored, current, policy)
+                picks = [(i + j) % len(series) for j in range(compare_runs)]
+                current = [series[k] for k in picks]
+                verdict = judge(stored, current, policy, controls=(
+                    ctl["baseline"][-keep:], [ctl[phase][k] for k in picks]))
                 counts["unreliable"] += verdict.verdict == "unreliable"
                 if verdict.verdict == "regression":
                     counts[phase] += 1
@@ -209,6 +216,7 @@ def main(*, runs: int, slowdown: float = 0.15, as_json: bool = False, root: Path
     say = progress or (lambda msg: print(msg, file=sys.stderr, flush=True))
     fault = fault_for(slowdown)
     values: dict[str, dict[str, list[float]]] = {p: {} for p in PHASES}
+    controls: dict[str, dict[str, list]] = {p: {} for p in PHASES}
     with tempfile.TemporaryDirectory(prefix="harness-bench-eval-") as tmp:
         work = keep_dir or Path(tmp)
         start = time.monotonic()
@@ -224,16 +232,17 @@ def main(*, runs: int, slowdown: float = 0.15, as_json: bool = False, root: Path
             else:
                 found_all = [run(phase) for phase in PHASES]
             for phase, found in zip(PHASES, found_all):
-                for record_id, value in found.items():
+                for record_id, (value, control) in found.items():
                     values[phase].setdefault(record_id, []).append(value)
+                    controls[phase].setdefault(record_id, []).append(control)
             say(f"[bench-eval] round {i + 1}/{runs} (baseline, A/A, {fault}): "
                 f"{time.monotonic() - start:.0f} s elapsed")
     policies = {w.id: w.policy for w in WORKLOADS}
     ratios = frozenset(w.id for w in WORKLOADS if w.kind == "ratio")
     rows = judge_all(values, keep=keep, compare_runs=compare_runs, slowdown=slowdown,
-                     policies=policies, ratios=ratios)
+                     policies=policies, ratios=ratios, controls=controls)
     doc = {"runs": runs, "slowdown": slowdown, "fault": fault, "compare_runs": compare_runs,
-           "rows": [r.to_json() for r in rows], "values": values}
+           "rows": [r.to_json() for r in rows], "values": values, "controls": controls}
     if keep_dir is not None:
         (keep_dir / "bench-eval.json").write_text(json.dumps(doc, indent=1))
     if as_json:

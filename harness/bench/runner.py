@@ -18,7 +18,8 @@ import statistics
 from typing import Optional
 
 from harness.bench.stats import BenchVerdict, Policy, judge
-from harness.bench.timing import RunStat, bench_rounds, pinned, run_values, time_plain
+from harness.bench.timing import (RunStat, bench_rounds, freed_memory_kept, host_control_ms,
+                                  pinned, run_controls, run_values, time_plain)
 from harness.bench.workloads import Prepared, Workload, WorkloadUnsupported
 
 
@@ -41,7 +42,9 @@ class BenchContext:
         base = self.baseline.records.get(record_id) if self.baseline is not None else None
         if base is None:
             return None
-        return judge(run_values(base.info.get("runs")), run_values(runs), policy)
+        stored = base.info.get("runs")
+        return judge(run_values(stored), run_values(runs), policy,
+                     controls=(run_controls(stored), run_controls(runs)))
 
     def record(self, recorder, record_id: str, own: RunStat, *, policy: Policy,
                metrics: Optional[dict] = None, info: Optional[dict] = None,
@@ -83,9 +86,13 @@ class BenchContext:
                             info={"bench_verdict": "unsupported", "reason": str(exc)})
             return None
         try:
-            with pinned(self.device, workload.clock) as cpu:
+            with pinned(self.device, workload.clock) as cpu, \
+                    freed_memory_kept(self.device) as kept:
+                before = host_control_ms(self.device, workload.clock)
                 own, flags = bench_rounds(benchmark, prepared.step, self.device,
                                           budget_s=workload.budget_s, clock=workload.clock)
+                own = dataclasses.replace(own, control_ms=(
+                    before + host_control_ms(self.device, workload.clock)) / 2)
                 metrics = {"ms": own.value}
                 if workload.kind == "ratio":
                     plain = time_plain(prepared.reference, self.device, rounds=own.rounds,
@@ -95,6 +102,8 @@ class BenchContext:
                                               spread=own.spread / plain.value)
             if cpu is not None:
                 flags["pinned_cpu"] = cpu
+            if kept:
+                flags["freed_memory_kept"] = True
         finally:
             prepared.close()
         return self.record(recorder, record_id, own, policy=workload.policy, metrics=metrics,

@@ -26,7 +26,11 @@ the per-run statistics of several runs (``info["runs"]``, the last 10, see
   violation is a notice, two are a regression); and, with three or more runs, the
   Mann-Whitney U test of the run medians agrees (p < 0.05).
 * ``suspicious`` (reported, never alerting): a run violates but the rest does not
-  hold, typically one compare run (a second run decides: ``--bench-runs 2`` or more).
+  hold, typically one compare run (a second run decides: ``--bench-runs 2`` or more);
+  or everything holds but the host itself was slow: the median of the runs' host
+  control (Note [Host control] in :mod:`harness.bench.timing`) is slower than the
+  baseline runs' by at least the minimum effect. A fault or a slower kernel in the DUT
+  does not slow the control; a busy host slows both.
 * ``improvement`` mirrors a regression (one faster run suffices; it never alerts).
 
 False-alarm rate implied: under normally distributed log run medians, two runs both
@@ -87,6 +91,7 @@ class BenchVerdict:
     n_base: int = 0
     n_new: int = 0
     violations: int = 0
+    host_ratio: Optional[float] = None   # the runs' host control / the baseline's
     policy: Policy = dataclasses.field(default_factory=Policy)
 
     @property
@@ -109,6 +114,8 @@ class BenchVerdict:
             parts.append(f"Mann-Whitney p={self.p_mwu:.2g}")
         if self.spread is not None:
             parts.append(f"baseline spread {self.spread:.1%}")
+        if self.host_ratio is not None:
+            parts.append(f"host control ratio {self.host_ratio:.3f}")
         parts.append(f"{self.n_new} run(s) vs {self.n_base} baseline run(s), "
                      f"{self.violations} violating")
         return ", ".join(parts) + f" ({self.reason})"
@@ -128,14 +135,32 @@ def robust_spread(logs: Sequence[float]) -> float:
     return MAD_TO_SIGMA * statistics.median(abs(x - centre) for x in logs)
 
 
+def host_ratio(controls: Optional[tuple[Sequence[Optional[float]],
+                                          Sequence[Optional[float]]]],
+               min_runs: int = MIN_BASELINE_RUNS) -> Optional[float]:
+    """Median host control of the current runs over the baseline runs' (None when either
+    side lacks them: baselines recorded before the control, the all_reduce ranks)."""
+    if not controls:
+        return None
+    base = [c for c in controls[0] if c]
+    cur = [c for c in controls[1] if c]
+    if len(base) < min_runs or not cur:
+        return None
+    return statistics.median(cur) / statistics.median(base)
+
+
 def judge(baseline: Sequence[float], current: Sequence[float],
-          policy: Policy = Policy()) -> BenchVerdict:
+          policy: Policy = Policy(), *,
+          controls: Optional[tuple[Sequence[Optional[float]],
+                                   Sequence[Optional[float]]]] = None) -> BenchVerdict:
     """The verdict of ``current`` run statistics against ``baseline`` ones (lower is better).
 
     Args:
         baseline: one value per baseline process run (its median ms, or a time ratio).
         current: one value per process run of this invocation.
         policy: the thresholds (Note [Bench verdict]).
+        controls: the host control (ms) of each baseline and each current run, in the
+            same order (None where a run has none): the guard of Note [Bench verdict].
     """
     from scipy import stats as sps
 
@@ -181,7 +206,14 @@ def judge(baseline: Sequence[float], current: Sequence[float],
         return out
     big = out.ratio >= 1 + policy.min_effect
     mwu_ok = nc < 3 or (out.p_mwu is not None and out.p_mwu < MWU_ALPHA)
-    if big and out.p_value < policy.alpha and out.violations >= 2 and mwu_ok:
+    out.host_ratio = host_ratio(controls, policy.min_runs)
+    host_slow = out.host_ratio is not None and out.host_ratio >= 1 + policy.min_effect
+    if big and out.p_value < policy.alpha and out.violations >= 2 and mwu_ok and host_slow:
+        out.verdict = "suspicious"
+        out.reason = (f"slower, but so was the host: its control workload ran "
+                      f"{out.host_ratio - 1:.0%} slower than in the baseline runs (a busy "
+                      "host, not the DUT); run again on a quiet host")
+    elif big and out.p_value < policy.alpha and out.violations >= 2 and mwu_ok:
         out.verdict, out.reason = "regression", policy.describe()
     elif big and out.violations >= 1:
         out.verdict = "suspicious"
