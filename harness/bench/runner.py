@@ -88,11 +88,13 @@ class BenchContext:
         try:
             with pinned(self.device, workload.clock) as cpu, \
                     freed_memory_kept(self.device) as kept:
-                before = host_control_ms(self.device, workload.clock)
+                host_work = not self.device.is_accelerator or workload.clock == "host"
+                before = host_control_ms(self.device, workload.clock) if host_work else None
                 own, flags = bench_rounds(benchmark, prepared.step, self.device,
                                           budget_s=workload.budget_s, clock=workload.clock)
-                own = dataclasses.replace(own, control_ms=(
-                    before + host_control_ms(self.device, workload.clock)) / 2)
+                if before is not None:  # Note [Host control]
+                    own = dataclasses.replace(own, control_ms=(
+                        before + host_control_ms(self.device, workload.clock)) / 2)
                 metrics = {"ms": own.value}
                 if workload.kind == "ratio":
                     plain = time_plain(prepared.reference, self.device, rounds=own.rounds,

@@ -93,8 +93,9 @@ def run_controls(runs) -> list[Optional[float]]:
 # neighbour's memory traffic, frequency changes): measured here, every CPU benchmark of a
 # run slowed together by 10-35% for several seconds at a time, and two consecutive runs
 # inside one such period look, to any statistic of those runs, like a real slow-down.
-# So around each benchmark (before and after its rounds, on the same pinned CPU, outside
-# the DUT scope) the process times a *control*: a fixed numpy workload (an exp and a sum
+# So around each benchmark whose time is host CPU work (every benchmark on the CPU; the
+# DataLoader with workers on any device), before and after its rounds, on the same pinned
+# CPU and outside the DUT scope, the process times a *control*: a fixed numpy workload (an exp and a sum
 # over a 256x1024 float32 array: memory and vector work like the ops', and no torch, so
 # neither a fault nor a torch or CANN upgrade can slow it). In a window of 2 s it tracked
 # the sdpa and layer_norm benchmarks with correlation 0.85. The verdict uses it as a
