@@ -18,8 +18,8 @@ import statistics
 from typing import Optional
 
 from harness.bench.stats import BenchVerdict, Policy, judge
-from harness.bench.timing import (RunStat, bench_rounds, freed_memory_kept, host_control_ms,
-                                  pinned, run_controls, run_values, time_plain)
+from harness.bench.timing import (RunStat, bench_rounds, freed_memory_kept, pinned,
+                                  run_controls, run_values, time_plain)
 from harness.bench.workloads import Prepared, Workload, WorkloadUnsupported
 
 
@@ -89,12 +89,9 @@ class BenchContext:
             with pinned(self.device, workload.clock) as cpu, \
                     freed_memory_kept(self.device) as kept:
                 host_work = not self.device.is_accelerator or workload.clock == "host"
-                before = host_control_ms(self.device, workload.clock) if host_work else None
                 own, flags = bench_rounds(benchmark, prepared.step, self.device,
-                                          budget_s=workload.budget_s, clock=workload.clock)
-                if before is not None:  # Note [Host control]
-                    own = dataclasses.replace(own, control_ms=(
-                        before + host_control_ms(self.device, workload.clock)) / 2)
+                                          budget_s=workload.budget_s, clock=workload.clock,
+                                          control=host_work)  # Note [Host control]
                 metrics = {"ms": own.value}
                 if workload.kind == "ratio":
                     plain = time_plain(prepared.reference, self.device, rounds=own.rounds,

@@ -93,36 +93,46 @@ def run_controls(runs) -> list[Optional[float]]:
 # neighbour's memory traffic, frequency changes): measured here, every CPU benchmark of a
 # run slowed together by 10-35% for several seconds at a time, and two consecutive runs
 # inside one such period look, to any statistic of those runs, like a real slow-down.
-# So around each benchmark whose time is host CPU work (every benchmark on the CPU; the
-# DataLoader with workers on any device), before and after its rounds, on the same pinned
-# CPU and outside the DUT scope, the process times a *control*: a fixed numpy workload (an exp and a sum
-# over a 256x1024 float32 array: memory and vector work like the ops', and no torch, so
-# neither a fault nor a torch or CANN upgrade can slow it). In a window of 2 s it tracked
-# the sdpa and layer_norm benchmarks with correlation 0.85. The verdict uses it as a
-# guard (Note [Bench verdict]): a regression whose runs' control is itself slower than
+# So in every round of a benchmark whose time is host CPU work (every benchmark on the
+# CPU; the DataLoader with workers on any device), pytest-benchmark's ``setup`` hook (not
+# timed, outside the DUT scope, on the same pinned CPU, right before the round) times a
+# *control*: two calls of a fixed numpy workload (an exp and a sum over a 256x1024 float32
+# array: memory and vector work like the ops', and no torch, so neither a fault nor a
+# torch or CANN upgrade can slow it). The run's control is the median over its rounds:
+# the same window of time as the benchmark's own median. (Timed once before and once
+# after a benchmark instead, the control caught short spikes the benchmark's median did
+# not see, and withheld 40% of the detections of a 15% slow-down.) The verdict uses it as
+# a guard (Note [Bench verdict]): a regression whose runs' control is itself slower than
 # the baseline's by the minimum effect is only ``suspicious`` ("the host was slow"): run
 # again. The control never makes an alert, only withholds one.
 
 CONTROL_SHAPE = (256, 1024)
-CONTROL_REPEATS = 5
+CONTROL_CALLS = 2  # per round: about 0.8 ms here
 
 
-def host_control_ms(device, clock: str = "device") -> float:
-    """ms of one control call (Note [Host control]): the median of
-    :data:`CONTROL_REPEATS` timings, with the clock the benchmark uses."""
-    import numpy as np
+class HostControl:
+    """The control of Note [Host control]: ``sample()`` once per round, ``ms()`` after."""
 
-    now = time.process_time if clock == "device" and not device.is_accelerator \
-        else time.perf_counter
-    data = np.linspace(0.0, 1.0, CONTROL_SHAPE[0] * CONTROL_SHAPE[1],
-                       dtype=np.float32).reshape(CONTROL_SHAPE)
-    samples = []
-    for _ in range(CONTROL_REPEATS + 1):  # the first warms the caches
-        start = now()
-        for _ in range(4):
-            float(np.exp(data).sum())
-        samples.append((now() - start) * 1e3 / 4)
-    return statistics.median(samples[1:])
+    def __init__(self, device, clock: str = "device") -> None:
+        import numpy as np
+
+        self._now = time.process_time if clock == "device" and not device.is_accelerator \
+            else time.perf_counter
+        self._data = np.linspace(0.0, 1.0, CONTROL_SHAPE[0] * CONTROL_SHAPE[1],
+                                 dtype=np.float32).reshape(CONTROL_SHAPE)
+        self._np = np
+        self.samples: list[float] = []
+        self.sample()  # warms the caches; not kept
+        self.samples.clear()
+
+    def sample(self) -> None:
+        start = self._now()
+        for _ in range(CONTROL_CALLS):
+            float(self._np.exp(self._data).sum())
+        self.samples.append((self._now() - start) * 1e3 / CONTROL_CALLS)
+
+    def ms(self) -> Optional[float]:
+        return statistics.median(self.samples) if self.samples else None
 
 
 def _mad(values) -> float:
@@ -149,13 +159,15 @@ def calibrate(step: Callable[[], object], device, *, warmup: int = 1) -> tuple[i
 
 def bench_rounds(benchmark, step: Callable[[], object], device, *,
                  budget_s: float = DEFAULT_BUDGET_S, warmup: int = 1,
-                 rounds: Optional[int] = None, clock: str = "device") -> tuple[RunStat, dict]:
+                 rounds: Optional[int] = None, clock: str = "device",
+                 control: bool = False) -> tuple[RunStat, dict]:
     """Time ``step`` with pytest-benchmark (Note [A timed round]).
 
     ``clock="device"`` judges the device's own time per step (events on accelerators,
     the process's CPU time on the CPU, which neighbours on a shared host cannot inflate
     by preempting it); ``clock="host"`` judges wall time (work in other processes:
-    DataLoader workers). Returns the run statistic (ms per step) and flags for ``info``.
+    DataLoader workers). ``control``: time the host control before each round (Note
+    [Host control]). Returns the run statistic (ms per step) and flags for ``info``.
     """
     inner, one = calibrate(step, device, warmup=warmup)
     if rounds is None:
@@ -177,23 +189,28 @@ def bench_rounds(benchmark, step: Callable[[], object], device, *,
         device_ms.append(timer.elapsed_ms() if timer is not None else cpu * 1e3)
 
     warm = 0 if one * inner > SLOW_STEP_S else 1
-    benchmark.pedantic(one_round, rounds=rounds, iterations=1, warmup_rounds=warm)
+    ctl = HostControl(device, clock) if control else None
+    benchmark.pedantic(one_round, rounds=rounds, iterations=1, warmup_rounds=warm,
+                       **({"setup": ctl.sample} if ctl is not None else {}))
+    if ctl is not None:
+        del ctl.samples[:warm]  # the warm-up round's
     host_ms = [s * 1e3 / inner for s in benchmark.stats.stats.data]
     dev_ms = [d / inner for d in device_ms[warm:]] or [d / inner for d in device_ms]
-    host = statistics.median(host_ms)
+    wall = statistics.median(host_ms)
     dev = statistics.median(dev_ms)
     use_device = clock == "device"
-    stat = RunStat(dev if use_device else host, _mad(dev_ms if use_device else host_ms),
-                   len(host_ms), inner, device_ms=dev)
-    flags: dict = {"host_ms": host, "clock": "device" if use_device else "host"}
-    if host > HOST_BOUND_RATIO * dev:
-        flags["host_bound"] = (f"host {host:.4g} ms >> device {dev:.4g} ms per step: " + (
+    stat = RunStat(dev if use_device else wall, _mad(dev_ms if use_device else host_ms),
+                   len(host_ms), inner, device_ms=dev,
+                   control_ms=ctl.ms() if ctl is not None else None)
+    flags: dict = {"host_ms": wall, "clock": "device" if use_device else "host"}
+    if wall > HOST_BOUND_RATIO * dev:
+        flags["host_bound"] = (f"host {wall:.4g} ms >> device {dev:.4g} ms per step: " + (
             "launch overhead or host work dominates" if device.is_accelerator else
             "the process waited for a CPU (a busy host) or for other processes"))
-    if dev > 1.1 * host and device.is_accelerator:
-        flags["sync_missing"] = (f"device {dev:.4g} ms > host {host:.4g} ms: the round did "
+    if dev > 1.1 * wall and device.is_accelerator:
+        flags["sync_missing"] = (f"device {dev:.4g} ms > host {wall:.4g} ms: the round did "
                                  "not wait for the device")
-    benchmark.extra_info.update({"inner": inner, "ms_per_step": stat.value, "host_ms": host,
+    benchmark.extra_info.update({"inner": inner, "ms_per_step": stat.value, "host_ms": wall,
                                  "device_ms": dev})
     return stat, flags
 
