@@ -52,7 +52,7 @@ class RunStat:
     inner: int = 1
     device_ms: Optional[float] = None
     pid: int = dataclasses.field(default_factory=os.getpid)
-    control_ms: Optional[float] = None  # the host control around it (Note [Host control])
+    control_ms: Optional[float] = None  # host control, median over the rounds (Note [Host control])
 
     def to_json(self) -> dict:
         out = {"value": self.value, "spread": self.spread, "rounds": self.rounds,
@@ -97,16 +97,16 @@ def run_controls(runs) -> list[Optional[float]]:
 # CPU; the DataLoader with workers on any device), pytest-benchmark's ``setup`` hook (not
 # timed, outside the DUT scope, on the same pinned CPU, right before the round) times a
 # *control*: two calls of a fixed numpy workload (an exp and a sum over a 256x1024 float32
-# array: memory and vector work like the ops', and no torch, so neither a fault nor a
-# torch or CANN upgrade can slow it). The run's control is the median over its rounds:
+# array: memory and vector work like the ops', and no torch, so no fault and no torch or
+# CANN upgrade acts on it directly). The run's control is the median over its rounds:
 # the same window of time as the benchmark's own median. (Timed once before and once
 # after a benchmark instead, it caught short spikes the benchmark's median did not see.)
 # The verdict uses it as a guard (Note [Bench verdict]): a regression whose runs' control
 # is itself slower than the baseline's by ``Policy.host_slow`` (20%) is only
 # ``suspicious`` ("the host was slow"): run again. The control never makes an alert, only
 # withholds one. It is not independent of the DUT: it runs in the caches the round before
-# it left, and under the 15% whole-step fault it ran 4-8% slower in 6 of 14 benchmarks;
-# with 5% as the bound it withheld 60% of the detections. bench-eval (N=20, this VM):
+# it left, and under the 15% whole-step fault it ran 4-8% slower in 6 of the 17
+# benchmarks that have one; with 5% as the bound it withheld 60% of the detections. bench-eval (N=20, this VM):
 # bound 5%: 0/240 false alarms, 97/240 detections; 10%: 0, 146; 20%: 0, 201; no guard:
 # 3, 238 (docs/benchmarks.md).
 
