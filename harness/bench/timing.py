@@ -106,9 +106,9 @@ def run_controls(runs) -> list[Optional[float]]:
 # ``suspicious`` ("the host was slow"): run again. The control never makes an alert, only
 # withholds one. It is not independent of the DUT: it runs in the caches the round before
 # it left, and under the 15% whole-step fault it ran 4-8% slower in 6 of the 17
-# benchmarks that have one; with 5% as the bound it withheld 60% of the detections. bench-eval (N=20, this VM):
-# bound 5%: 0/240 false alarms, 97/240 detections; 10%: 0, 146; 20%: 0, 201; no guard:
-# 3, 238 (docs/benchmarks.md).
+# benchmarks that have one; with 5% as the bound it withheld 60% of the detections.
+# bench-eval (N=20, this VM): bound 5%: 0/240 false alarms, 97/240 detections; 10%: 0,
+# 146; 20%: 0, 201; no guard: 3, 238 (docs/benchmarks.md).
 
 CONTROL_SHAPE = (256, 1024)
 CONTROL_CALLS = 2  # per round: about 0.8 ms here
