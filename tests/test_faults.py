@@ -96,3 +96,40 @@ def test_a_fault_whose_checks_all_skip_is_not_applicable_not_caught():
                                      [skipped, crashed])
     assert [f.get("output_tail") for f in report["faults"]] == [None, "boom"]  # missed: why
     assert report["clean_output_tail"] == "clean exploded" and not report["clean_ok"]
+
+
+def test_exclusive_faults_run_alone_after_the_others(monkeypatch, tmp_path):
+    """Timing faults (``exclusive``) and their clean run get the machine to themselves."""
+    import threading
+    import time as time_mod
+
+    from harness.faults import Fault
+    from harness.faults import check as fault_check
+
+    active, log, lock = [0], [], threading.Lock()
+
+    def fake_run(args, results_dir, *, root, timeout, env=None):
+        name = next((args[i + 1] for i, a in enumerate(args) if a == "--inject-fault"),
+                    "clean " + " ".join(a for a in args if a == "--bench"))
+        with lock:
+            active[0] += 1
+            log.append((name, active[0]))
+        time_mod.sleep(0.05)
+        with lock:
+            active[0] -= 1
+        return fault_check.RunOutcome(0, {"t::x": "failed" if "--inject-fault" in args
+                                          else "passed"}, 0.05, "")
+
+    def fault(name, exclusive):
+        return Fault(name, "example", "d", ("t::x",), lambda device: None,
+                     ("--bench",) if exclusive else (), exclusive=exclusive)
+
+    monkeypatch.setattr(fault_check, "run_pytest", fake_run)
+    selected = [fault("timing.a", True), fault("plain.a", False), fault("plain.b", False),
+                fault("timing.b", True)]
+    clean, found = fault_check.check(selected, root=tmp_path, jobs=2)
+    assert [r.fault.name for r in found] == [f.name for f in selected] and clean.exit_code == 0
+    names = [name for name, _ in log]
+    first_alone = names.index("clean --bench")
+    assert set(names[first_alone:]) == {"clean --bench", "timing.a", "timing.b"}
+    assert all(concurrent == 1 for _, concurrent in log[first_alone:])

@@ -215,12 +215,15 @@ def check(selected: Sequence[Fault], *, root: Path, device: str = "cpu", jobs: i
 
     Faults that need extra pytest options (``pytest_args``, e.g. a shorter distributed
     timeout or opt-in benchmarks) get a clean run of their own with the same options, so
-    each fault is compared against a clean run of exactly what it runs.
+    each fault is compared against a clean run of exactly what it runs. ``exclusive``
+    faults (timing) and their clean run go last, one run at a time: a parallel run would
+    slow what they time, and the benchmark verdict would (rightly) call the host busy.
     """
     say = progress or (lambda _msg: None)
     groups: dict[tuple[str, ...], list[Fault]] = {}
     for fault in selected:
         groups.setdefault(tuple(fault.pytest_args), []).append(fault)
+    exclusive = {args for args, members in groups.items() if any(f.exclusive for f in members)}
     with tempfile.TemporaryDirectory(prefix="harness-faults-") as tmp:
         work = Path(tmp)
         group_dirs = {args: work / f"group{i}" for i, args in enumerate(groups)}
@@ -246,9 +249,15 @@ def check(selected: Sequence[Fault], *, root: Path, device: str = "cpu", jobs: i
                 f"({len(result.caught_by)} failing, {outcome.seconds:.0f} s)")
             return result
 
+        indexed = list(enumerate(selected))
+        shared = [item for item in indexed if tuple(item[1].pytest_args) not in exclusive]
+        alone = [item for item in indexed if tuple(item[1].pytest_args) in exclusive]
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            cleans = list(pool.map(clean_run, groups))
-            found = list(pool.map(one, enumerate(selected)))
+            cleans = list(pool.map(clean_run, [g for g in groups if g not in exclusive]))
+            results = dict(zip([i for i, _ in shared], pool.map(one, shared)))
+        cleans += [clean_run(args) for args in groups if args in exclusive]
+        results.update({item[0]: one(item) for item in alone})
+        found = [results[i] for i, _ in indexed]
     return _merge(cleans), found
 
 

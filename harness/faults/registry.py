@@ -33,6 +33,9 @@ class Fault:
         activate: called with the :class:`~harness.device.Device` when the outermost DUT
             scope is entered; returns a context manager that is active for the scope.
         pytest_args: extra pytest arguments for the fault's run (a shorter timeout...).
+        exclusive: its runs (and their clean run) must have the machine to themselves:
+            timing faults, whose checks a parallel run would slow (``faults check`` runs
+            them one at a time after the others).
     """
 
     name: str
@@ -41,6 +44,7 @@ class Fault:
     checks: tuple[str, ...]
     activate: Callable[[Any], ContextManager[Any]]
     pytest_args: tuple[str, ...] = ()
+    exclusive: bool = False
 
 
 def perturb_op(name: str, *, family: str, description: str, op: str,

@@ -100,7 +100,8 @@ def slow_step(percent: int, checks=STEP_CHECKS) -> Fault:
     fraction = percent / 100
     return Fault(f"bench.slow_step_{percent}", "bench",
                  f"every timed round (the whole step) takes {percent}% longer",
-                 tuple(checks), lambda device: _slower_scope(device, fraction), BENCH_ARGS)
+                 tuple(checks), lambda device: _slower_scope(device, fraction), BENCH_ARGS,
+                 exclusive=True)
 
 
 def slow_mm(percent: int) -> Fault:
@@ -108,13 +109,14 @@ def slow_mm(percent: int) -> Fault:
     return Fault(f"bench.slow_mm_{percent}", "bench",
                  f"aten.mm takes {percent}% longer (its own time, measured per call)",
                  (MM_CHECK,), lambda device: _slow_op_mode(device, "aten.mm", fraction),
-                 BENCH_ARGS)
+                 BENCH_ARGS, exclusive=True)
 
 
 AMP_SLOW = Fault("bench.amp_slow_15", "bench",
                  "steps under autocast (AMP) take 15% longer; fp32 steps keep their speed",
                  (AMP_CHECK,),
-                 lambda device: _slower_scope(device, 0.15, only_amp=True), BENCH_ARGS)
+                 lambda device: _slower_scope(device, 0.15, only_amp=True), BENCH_ARGS,
+                 exclusive=True)
 
 SLOWDOWNS = (10, 15, 30)
 FAULTS = [*(slow_step(p) for p in SLOWDOWNS), *(slow_mm(p) for p in SLOWDOWNS), AMP_SLOW]
