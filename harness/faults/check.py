@@ -93,8 +93,8 @@ run."""
 # ``fork``) runs ``python -m pytest`` per run instead; outcomes are the same either way,
 # read from the results file each run writes.
 
-PRELOAD = ("torch", "torch._dynamo", "numpy", "pytest", "hypothesis", "harness.plugin", "harness.ops.catalog",
-           "harness.training", "harness.memory", "harness.distributed")
+PRELOAD = ("torch", "torch._dynamo", "numpy", "pytest", "hypothesis", "harness.plugin",
+           "harness.ops.catalog", "harness.training", "harness.memory", "harness.distributed")
 """Modules the fork server imports once (Note [Fault runs from a fork server])."""
 
 _CONTEXT = None
