@@ -211,12 +211,13 @@ def judge(baseline: Sequence[float], current: Sequence[float],
     mwu_ok = nc < 3 or (out.p_mwu is not None and out.p_mwu < MWU_ALPHA)
     out.host_ratio = host_ratio(controls, policy.min_runs)
     host_slow = out.host_ratio is not None and out.host_ratio >= 1 + policy.host_slow
-    if big and out.p_value < policy.alpha and out.violations >= 2 and mwu_ok and host_slow:
+    significant = big and out.p_value < policy.alpha and out.violations >= 2 and mwu_ok
+    if significant and host_slow:
         out.verdict = "suspicious"
         out.reason = (f"slower, but so was the host: its control workload ran "
                       f"{out.host_ratio - 1:.0%} slower than in the baseline runs (a busy "
                       "host, not the DUT); run again on a quiet host")
-    elif big and out.p_value < policy.alpha and out.violations >= 2 and mwu_ok:
+    elif significant:
         out.verdict, out.reason = "regression", policy.describe()
     elif big and out.violations >= 1:
         out.verdict = "suspicious"

@@ -64,27 +64,31 @@ class RunStat:
         return out
 
 
+def _positive(value) -> Optional[float]:
+    return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
+
+def _usable_runs(runs) -> list[dict]:
+    """The stored per-run entries (``info["runs"]``) with a usable ``value``."""
+    return [run for run in runs or () if isinstance(run, dict) and _positive(run.get("value"))]
+
+
 def run_values(runs) -> list[float]:
     """The ``value`` of each stored per-run entry (``info["runs"]``), skipping bad ones."""
-    out = []
-    for run in runs or ():
-        value = run.get("value") if isinstance(run, dict) else None
-        if isinstance(value, (int, float)) and value > 0:
-            out.append(float(value))
-    return out
+    return [float(run["value"]) for run in _usable_runs(runs)]
 
 
 def run_controls(runs) -> list[Optional[float]]:
     """The ``control_ms`` of the same entries :func:`run_values` keeps (None: not measured,
     as in baselines recorded before the control existed)."""
-    out = []
-    for run in runs or ():
-        value = run.get("value") if isinstance(run, dict) else None
-        if isinstance(value, (int, float)) and value > 0:
-            control = run.get("control_ms")
-            out.append(float(control) if isinstance(control, (int, float)) and control > 0
-                       else None)
-    return out
+    return [_positive(run.get("control_ms")) for run in _usable_runs(runs)]
+
+
+def clock_for(device, clock: str = "device") -> Callable[[], float]:
+    """The timer of ``clock`` on ``device``: the process's CPU time for the device clock on
+    the CPU, wall time otherwise (Note [A timed round])."""
+    return time.process_time if clock == "device" and not device.is_accelerator \
+        else time.perf_counter
 
 
 # Note [Host control]
@@ -120,8 +124,7 @@ class HostControl:
     def __init__(self, device, clock: str = "device") -> None:
         import numpy as np
 
-        self._now = time.process_time if clock == "device" and not device.is_accelerator \
-            else time.perf_counter
+        self._now = clock_for(device, clock)
         self._data = np.linspace(0.0, 1.0, CONTROL_SHAPE[0] * CONTROL_SHAPE[1],
                                  dtype=np.float32).reshape(CONTROL_SHAPE)
         self._np = np
@@ -224,8 +227,7 @@ def time_plain(step: Callable[[], object], device, *, rounds: int, inner: int = 
     """Time ``step`` without pytest-benchmark (the reference step of a ratio benchmark),
     with the same clock as :func:`bench_rounds` (CPU time on the CPU; wall time after a
     sync on accelerators)."""
-    now = time.process_time if clock == "device" and not device.is_accelerator \
-        else time.perf_counter
+    now = clock_for(device, clock)
     samples = []
     for _ in range(rounds):
         start = now()
