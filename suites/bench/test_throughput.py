@@ -11,7 +11,7 @@ import statistics
 import pytest
 
 from harness.bench import workloads
-from harness.bench.timing import RunStat
+from harness.bench.timing import RunStat, quiet_rounds
 from harness.distributed import SubCheck, launch
 
 pytestmark = pytest.mark.benchmark
@@ -28,9 +28,9 @@ def test_benchmark(workload, benchmark, bench, results, device, settings):
 def test_allreduce_bus_bandwidth(bench, results, device, settings):
     """all_reduce of 4 MiB at 2 ranks on the device's backend (timed in the ranks, not by
     pytest-benchmark: they are other processes)."""
-    world = 2
+    world, record_id = workloads.ALLREDUCE_WORLD, workloads.ALLREDUCE_ID
     if device.is_accelerator and device.count < world:
-        results.record("bench/dist/all_reduce/float32/4MiB/ws2", status="unsupported",
+        results.record(record_id, status="unsupported",
                        message=f"{device.count} {device.type} device(s); needs {world}")
         return
     nbytes = workloads.ALLREDUCE_BYTES
@@ -39,12 +39,16 @@ def test_allreduce_bus_bandwidth(bench, results, device, settings):
                       world, device, timeout=settings.dist_timeout, threads_per_rank=1)
     outcome = launched.outcome("allreduce")
     outcome.raise_if_failed()
-    times = [max(values) for values in zip(*outcome.values.values())]  # slowest rank
-    median = statistics.median(times)
-    own = RunStat(median, statistics.median(abs(t - median) for t in times) * 1.4826,
-                  len(times))
-    bench.record(results, f"bench/dist/all_reduce/float32/4MiB/ws{world}", own,
-                 policy=workloads.NOISY, metrics={
+    ranks = list(outcome.values.values())
+    times = [max(values) for values in zip(*(rank["ms"] for rank in ranks))]  # slowest rank
+    controls = [max(values) for values in zip(*(rank["control_ms"] for rank in ranks))]
+    quiet = quiet_rounds(controls)  # Note [Quiet rounds]
+    kept = [times[i] for i in quiet]
+    median = statistics.median(kept)
+    own = RunStat(median, statistics.median(abs(t - median) for t in kept) * 1.4826,
+                  len(times), control_ms=statistics.median(controls[i] for i in quiet),
+                  kept=len(quiet))
+    bench.record(results, record_id, own, policy=workloads.ALLREDUCE_POLICY, metrics={
                      "ms": median,
                      "bus_gbs": workloads.bus_bandwidth_gbs(nbytes, world, median)},
                  info={"backend": device.dist_backend})
