@@ -129,7 +129,8 @@ def judge_all(values: dict[str, dict[str, list[float]]], *, keep: int, compare_r
               ratios: frozenset = frozenset(),
               controls: Optional[dict[str, dict[str, list]]] = None) -> list[Row]:
     """The table rows from ``phase -> record id -> per-run values`` (Note [Measuring ...]);
-    ``controls`` (same layout): each run's host control, for the verdict's guard."""
+    ``controls`` (same layout): each run's host control, for the verdict's host
+    adjustment (Note [Host adjustment])."""
     from pytest_benchmark.utils import parse_compare_fail
 
     check = parse_compare_fail(PYTEST_BENCHMARK_RULE)
@@ -140,12 +141,12 @@ def judge_all(values: dict[str, dict[str, list[float]]], *, keep: int, compare_r
         n = min(len(base), len(aa), len(fault))
         if n == 0:
             continue
-        policy = next((p for prefix, p in (policies or {}).items()
-                       if record_id.startswith(prefix)), Policy())
+        policy = (policies or {}).get(record_id, Policy())
         stored = base[-keep:]
         ctl = {phase: (controls or {}).get(phase, {}).get(record_id) or [None] * len(series)
                for phase, series in (("baseline", base), ("aa", aa), ("fault", fault))}
         counts = {"aa": 0, "aa_s": 0, "fault": 0, "unreliable": 0}
+        spreads = []  # the baseline spread each judgement saw (host-adjusted)
         for i in range(n):
             for phase, series in (("aa", aa), ("fault", fault)):
                 picks = [(i + j) % len(series) for j in range(compare_runs)]
@@ -153,14 +154,16 @@ def judge_all(values: dict[str, dict[str, list[float]]], *, keep: int, compare_r
                 verdict = judge(stored, current, policy, controls=(
                     ctl["baseline"][-keep:], [ctl[phase][k] for k in picks]))
                 counts["unreliable"] += verdict.verdict == "unreliable"
+                if verdict.spread is not None:
+                    spreads.append(verdict.spread)
                 if verdict.verdict == "regression":
                     counts[phase] += 1
                 elif verdict.verdict == "suspicious" and phase == "aa":
                     counts["aa_s"] += 1
         pb = {phase: sum(bool(check.fails({"median": series[i]}, {"median": base[i]}))
                          for i in range(n)) for phase, series in (("aa", aa), ("fault", fault))}
-        logs = [math.log(v) for v in stored]
-        spread = robust_spread(logs)
+        spread = statistics.median(spreads) if spreads else robust_spread(
+            [math.log(v) for v in stored])
         ratio = statistics.median(fault) / statistics.median(base)
         rows.append(Row(record_id, spread, ratio, counts["aa"], counts["aa_s"], counts["fault"],
                         counts["unreliable"], pb["aa"], pb["fault"], n,
@@ -211,7 +214,7 @@ def main(*, runs: int, slowdown: float = 0.15, as_json: bool = False, root: Path
          keep_dir: Optional[Path] = None, jobs: int = 1,
          progress: Optional[Callable[[str], None]] = None) -> int:
     """Run the measurement (Note [Measuring the detector]) and print the table."""
-    from harness.bench.workloads import WORKLOADS
+    from harness.bench.workloads import WORKLOADS, policy_for
 
     say = progress or (lambda msg: print(msg, file=sys.stderr, flush=True))
     fault = fault_for(slowdown)
@@ -237,7 +240,7 @@ def main(*, runs: int, slowdown: float = 0.15, as_json: bool = False, root: Path
                     controls[phase].setdefault(record_id, []).append(control)
             say(f"[bench-eval] round {i + 1}/{runs} (baseline, A/A, {fault}): "
                 f"{time.monotonic() - start:.0f} s elapsed")
-    policies = {w.id: w.policy for w in WORKLOADS}
+    policies = {record_id: policy_for(record_id) for record_id in values["baseline"]}
     ratios = frozenset(w.id for w in WORKLOADS if w.kind == "ratio")
     rows = judge_all(values, keep=keep, compare_runs=compare_runs, slowdown=slowdown,
                      policies=policies, ratios=ratios, controls=controls)
