@@ -336,20 +336,93 @@ def test_a_training_step_benchmark_repeats_the_same_work():
     assert all(b is not None for b in buffers) and any(bool(b.abs().sum() > 0) for b in buffers)
 
 
-def test_a_slow_down_of_the_host_itself_is_only_suspicious():
-    """Note [Host control]: the same 15% slower runs are a regression when the host
-    control ran as fast as in the baseline, and suspicious when it was slower too."""
+def _hosted(values, host, slope):
+    """Runs whose time follows a host factor ``host`` with ``slope``: (values, controls)."""
+    return [v * h ** slope for v, h in zip(values, host)], [0.4 * h for h in host]
+
+
+def test_a_slow_host_is_adjusted_for_and_a_slow_dut_is_not():
+    """Note [Host adjustment]: runs slower only because the host was (their control slower
+    by the same factor, at this benchmark's slope) are ok; the same slow-down with a
+    quiet host is a regression; and a regression is still found on a slow host."""
     rng = random.Random(3)
+    base_host = [1.0, 1.02, 0.99, 1.3, 1.0, 1.01, 0.98, 1.25, 1.0, 1.03]
+    base, base_ctl = _hosted(_runs(10.0, 0.01, 10, rng), base_host, 0.6)
+    slow_host = [1.4, 1.35]
+    cur, cur_ctl = _hosted(_runs(10.0, 0.01, 2, rng), slow_host, 0.6)
+    assert stats.judge(base, cur).verdict != "ok"  # unadjusted: looks 20% slower
+    verdict = stats.judge(base, cur, controls=(base_ctl, cur_ctl))
+    assert verdict.verdict == "ok", verdict.summary()
+    assert verdict.host_slope == pytest.approx(0.6, abs=0.15)
+    assert "host-adjusted ratio" in verdict.summary()
+    slower, slower_ctl = _hosted(_runs(11.5, 0.01, 2, rng), slow_host, 0.6)
+    assert stats.judge(base, slower, controls=(base_ctl, slower_ctl)).verdict == "regression"
+    quiet, quiet_ctl = _hosted(_runs(11.5, 0.01, 2, rng), [1.0, 1.01], 0.6)
+    found = stats.judge(base, quiet, controls=(base_ctl, quiet_ctl))
+    assert found.verdict == "regression" and found.ratio == pytest.approx(1.15, abs=0.03)
+
+
+def test_the_host_slope_ignores_a_shift_of_the_group():
+    """The slope is learnt within each group: a regression (a shift of the current runs)
+    with an unchanged host does not tilt it."""
+    base = ([0.0, 0.1, 0.2, 0.3, 0.05], [0.0, 0.2, 0.4, 0.6, 0.1])   # slope 0.5
+    shifted = ([0.5, 0.6, 0.7], [0.0, 0.2, 0.4])                    # +0.5, same slope
+    assert stats.host_slope([base, shifted]) == pytest.approx(0.5)
+    assert stats.host_slope([base, ([9.0], [3.0])]) == pytest.approx(0.5)  # one run: nothing
+    flat = ([0.0, 0.01, -0.01], [0.1, 0.1, 0.1])
+    assert stats.host_slope([flat]) == 0.0  # no host variation: nothing to learn
+    wild = ([0.0, 1.0, 2.0], [0.0, 0.1, 0.2])
+    assert stats.host_slope([wild]) == stats.MAX_HOST_SLOPE
+
+
+def test_a_host_far_slower_than_ever_is_only_suspicious_and_missing_controls_are_not_adjusted():
+    rng = random.Random(4)
     base, cur = _runs(10.0, 0.01, 10, rng), _runs(11.5, 0.01, 2, rng)
-    quiet = ([1.0] * 10, [1.01, 0.99])
-    busy = ([1.0] * 10, [1.2, 1.25])
-    assert stats.judge(base, cur, controls=quiet).verdict == "regression"
+    busy = ([1.0] * 9 + [1.1], [1.4, 1.45])  # beyond the slowest baseline run's by > 25%
     verdict = stats.judge(base, cur, controls=busy)
-    assert verdict.verdict == "suspicious" and "so was the host" in verdict.reason
-    assert verdict.host_ratio == pytest.approx(1.225) and "host control ratio" in verdict.summary()
+    assert verdict.verdict == "suspicious" and "extrapolate" in verdict.reason
+    assert verdict.host_ratio == pytest.approx(1.425) and "host control ratio" in verdict.summary()
+    seen = ([1.0] * 8 + [1.3, 1.35], [1.4, 1.45])  # the baseline saw such a host
+    assert stats.judge(base, cur, controls=seen).verdict == "regression"
     missing = ([None] * 10, [1.2, 1.25])  # a baseline recorded before the control
-    assert stats.judge(base, cur, controls=missing).verdict == "regression"
-    assert stats.judge(base, cur, controls=missing).host_ratio is None
+    verdict = stats.judge(base, cur, controls=missing)
+    assert verdict.verdict == "regression" and verdict.host_slope is None
+
+
+def test_quiet_rounds_drop_the_rounds_a_host_spike_touched():
+    """Note [Quiet rounds]: a round is judged by the control before and after it."""
+    from harness.bench.timing import quiet_rounds
+
+    controls = [1.0, 1.0, 1.0, 1.6, 1.0, 1.0, 1.0, 1.0, 1.05, 1.0]
+    assert quiet_rounds(controls) == [0, 1, 4, 5, 6, 7, 8, 9]  # 2 and 3 saw the spike
+    slow = [1.0, 1.0, 1.0] + [2.0] * 12  # mostly slow: the quietest third is kept
+    assert quiet_rounds(slow) == [0, 1, 2, 3, 4]
+    assert quiet_rounds([1.0, 3.0]) == [0, 1]  # too few rounds to choose from
+
+
+def test_a_fault_spins_in_the_clock_its_benchmark_is_judged_in():
+    """A host-clock benchmark (work in other processes) is slowed by a fraction of its wall
+    time, an in-process CPU benchmark by a fraction of its CPU time."""
+    from harness.bench.timing import judged_in
+    from harness.faults.catalog.bench import _slower_scope, clock_of
+
+    device = Device("cpu")
+    assert clock_of(device) is time.process_time
+    with judged_in(time.perf_counter):
+        assert clock_of(device) is time.perf_counter
+        start = time.perf_counter()
+        with _slower_scope(device, 0.5):
+            time.sleep(0.04)  # waiting on other processes: wall time, no CPU time
+        assert 0.055 < time.perf_counter() - start < 0.1
+    assert clock_of(device) is time.process_time
+
+
+def test_bench_eval_uses_the_policy_the_benchmark_test_uses():
+    from harness.bench import workloads
+
+    assert workloads.policy_for(workloads.ALLREDUCE_ID) == workloads.ALLREDUCE_POLICY
+    assert workloads.policy_for("bench/dataloader/workers2/pin0") == workloads.NOISY
+    assert workloads.policy_for("bench/train/simplecnn/float32/step/b8/small") == stats.Policy()
 
 
 def test_the_host_control_is_timed_around_each_cpu_benchmark(tmp_path):
@@ -363,5 +436,5 @@ def test_the_host_control_is_timed_around_each_cpu_benchmark(tmp_path):
     record = json.loads(next(out.glob("*.json")).read_text())["records"][
         "bench/op/softmax/float32/fwd/256x1024"]
     (run,) = record["info"]["runs"]
-    assert run["control_ms"] > 0
+    assert run["control_ms"] > 0 and 3 <= run["kept"] <= run["rounds"]
     assert record["info"].get("freed_memory_kept", False) is sys.platform.startswith("linux")
