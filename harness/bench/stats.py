@@ -61,7 +61,7 @@ invocation's runs matter: where the baseline's host hardly varied, its own runs 
 gave ResNet-18 fp32 a slope of 1.5 (the bound) and turned a 15% slow-down on a busy host
 into an "improvement". (Weighting each pair of runs by how much its host differed, the
 least-absolute-deviations slope, gave fewer false alarms on the same runs, 2/300
-against 4/340, but far fewer detections, 196/300 against 256/320, and three benchmarks
+against 4/340, but far fewer detections, 196/300 against 254/320, and three benchmarks
 unreliable instead of one.) It applies only when every run has a
 control (baselines recorded before the control existed have none: their values are
 judged as they are). The slope is only known over the host conditions the baseline
