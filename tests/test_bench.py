@@ -125,7 +125,20 @@ def test_bench_eval_judges_both_engines_on_the_same_runs():
     (row,) = evaluate.judge_all(values, keep=10, compare_runs=2, slowdown=0.15)
     assert row.engine_aa == 0 and row.engine_fault == 12 and row.pb_fault == 12
     assert not row.unreliable and row.ratio == pytest.approx(1.15, rel=0.03)
-    assert "| `b` |" in evaluate.table([row], n=12, slowdown=0.15, compare_runs=2)
+    assert row.runs_measured == 2  # the target met with 2 runs per compare
+    text = evaluate.table([row], n=12, slowdown=0.15, compare_runs=2)
+    assert "| `b` |" in text and "runs needed (measured)" in text
+
+
+def test_bench_eval_measures_how_many_runs_a_benchmark_needs():
+    """A 20% slow-down that one run in four does not show (a fast host mode) is found
+    with more runs per compare; the measured count is the fewest that meets the target."""
+    rng = random.Random(7)
+    fault = [v * (1.0 if i % 4 == 3 else 1.2) for i, v in enumerate(_runs(10, 0.01, 20, rng))]
+    values = {"baseline": {"b": _runs(10, 0.01, 20, rng)}, "aa": {"b": _runs(10, 0.01, 20, rng)},
+              "fault": {"b": fault}}
+    (row,) = evaluate.judge_all(values, keep=10, compare_runs=2, slowdown=0.15)
+    assert row.engine_fault < 19 and row.runs_measured == 4
 
 
 def test_bench_eval_knows_its_faults():
