@@ -121,6 +121,17 @@ def test_reproduce_line_names_node_device_seed_and_op_filter(fingerprint):
                      "triplet_margin_loss-bfloat16-bwd-swap")
 
 
+def test_a_benchmark_reproduce_line_opts_in_and_brings_several_runs(fingerprint):
+    from harness.report.model import reproduce_line
+    from harness.results import Record
+
+    base, run = _runs(fingerprint)
+    rec = Record(id="bench/op/mm/float32/n256", status="fail", test=(
+        "suites/bench/test_throughput.py::test_benchmark[op/mm/float32/n256]"),
+        info={"runs": [{"value": 1.0}] * 3})
+    assert reproduce_line([rec], run).endswith(" --run-benchmarks --bench-runs 3")
+
+
 def test_common_cause_names_the_kernel_the_affected_share(fingerprint):
     base, run = _runs(fingerprint)
     rep = report.build(run, base)

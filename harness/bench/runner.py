@@ -17,7 +17,7 @@ import dataclasses
 import statistics
 from typing import Optional
 
-from harness.bench.stats import BenchVerdict, Policy, judge
+from harness.bench.stats import BenchVerdict, Policy, judge, reproduce_args
 from harness.bench.timing import (RunStat, bench_rounds, freed_memory_kept, pinned,
                                   run_controls, run_values, time_plain)
 from harness.bench.workloads import Prepared, Workload, WorkloadUnsupported
@@ -67,7 +67,7 @@ class BenchContext:
         recorder.check(record_id, verdict is None or not verdict.alerts,
                        f"benchmark regression against baseline {self.baseline_name}: {summary}",
                        metrics=out_metrics, info=full_info,
-                       reproduce_args=f"--bench-runs {max(2, len(values))}")
+                       reproduce_args=reproduce_args(len(values)))
         self.verdicts[record_id] = verdict
         return verdict
 

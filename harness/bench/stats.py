@@ -167,6 +167,12 @@ class BenchVerdict:
         return out
 
 
+def reproduce_args(runs: int) -> str:
+    """What a benchmark's reproduce line adds: benchmarks are opt-in, and one process run
+    is at most ``suspicious``, so at least two runs."""
+    return f"--run-benchmarks --bench-runs {max(2, runs)}"
+
+
 def robust_spread(logs: Sequence[float]) -> float:
     """1.4826 x the median absolute deviation (a standard deviation robust to one outlier)."""
     if len(logs) < 2:

@@ -310,6 +310,11 @@ def reproduce_line(records: list[Record], run: RunResults) -> str:
     regex = op_filter_for(r.id for r in records)
     if regex:
         line += f" --op-filter '{regex}'"
+    bench = [r for r in records if r.id.startswith("bench/")]
+    if bench:  # opt-in, and judged over process runs
+        from harness.bench.stats import reproduce_args
+
+        line += " " + reproduce_args(max(len(r.info.get("runs") or ()) for r in bench))
     return line
 
 
