@@ -58,9 +58,9 @@ def test_too_few_baseline_runs_are_unreliable_and_say_how_to_record():
 
 def test_the_minimum_effect_is_per_benchmark():
     base = [10.0, 10.01, 9.99, 10.0, 10.02, 9.98, 10.0, 10.01]
-    current = [10.4, 10.41]  # 4%: significant, below the default 5%
-    assert stats.judge(base, current).verdict == "ok"
-    assert stats.judge(base, current, stats.Policy(min_effect=0.02)).verdict == "regression"
+    current = [11.0, 11.01]  # 10%: significant, beyond the spread floor's bound
+    assert stats.judge(base, current).verdict == "regression"
+    assert stats.judge(base, current, stats.Policy(min_effect=0.12)).verdict != "regression"
 
 
 def test_a_speedup_is_an_improvement():
