@@ -242,6 +242,28 @@ def test_bench_rounds_flags_a_missing_sync():
     assert "sync_missing" in flags and stat.device_ms > flags["host_ms"]
 
 
+def test_a_ratio_benchmark_pairs_each_round_with_its_reference():
+    """The reference step is timed in the setup before each round (same clock, same
+    scope), and the statistic is the median of the per-round ratios."""
+    from harness.faults.catalog.bench import spin
+
+    class Bench:  # pytest-benchmark's pedantic with its setup hook
+        extra_info: dict = {}
+
+        def pedantic(self, target, rounds, iterations, warmup_rounds, setup=None):
+            for _ in range(rounds + warmup_rounds):
+                if setup is not None:
+                    setup()
+                target()
+            self.stats = type("S", (), {"stats": type("D", (), {"data": [4e-3] * rounds})})
+
+    stat, flags = bench_rounds(Bench(), lambda: spin(0.004, time.process_time), Device("cpu"),
+                               rounds=12, control=True,
+                               reference=lambda: spin(0.002, time.process_time))
+    assert stat.value == pytest.approx(2.0, rel=0.15)
+    assert flags["reference_ms"] == pytest.approx(2.0, rel=0.15) and stat.kept >= 4
+
+
 # ------------------------------------------------------------ --bench-runs K
 
 LAYER_NORM = "suites/bench/test_throughput.py::test_benchmark[op/layer_norm/float32/fwd/256x1024]"

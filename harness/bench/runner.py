@@ -19,7 +19,7 @@ from typing import Optional
 
 from harness.bench.stats import BenchVerdict, Policy, judge, reproduce_args
 from harness.bench.timing import (RunStat, bench_rounds, freed_memory_kept, pinned,
-                                  run_controls, run_values, time_plain)
+                                  run_controls, run_values)
 from harness.bench.workloads import Prepared, Workload, WorkloadUnsupported
 
 
@@ -89,16 +89,14 @@ class BenchContext:
             with pinned(self.device, workload.clock) as cpu, \
                     freed_memory_kept(self.device) as kept:
                 host_work = not self.device.is_accelerator or workload.clock == "host"
+                ratio = workload.kind == "ratio"
                 own, flags = bench_rounds(benchmark, prepared.step, self.device,
                                           budget_s=workload.budget_s, clock=workload.clock,
-                                          control=host_work)  # Note [Host control]
+                                          control=host_work,  # Note [Host control]
+                                          reference=prepared.reference if ratio else None)
                 metrics = {"ms": own.value}
-                if workload.kind == "ratio":
-                    plain = time_plain(prepared.reference, self.device, rounds=own.rounds,
-                                       inner=own.inner, clock=workload.clock)
-                    metrics = {"ms": own.value, "reference_ms": plain.value}
-                    own = dataclasses.replace(own, value=own.value / plain.value,
-                                              spread=own.spread / plain.value)
+                if ratio:
+                    metrics = {"ms": own.device_ms, "reference_ms": flags.pop("reference_ms")}
             if cpu is not None:
                 flags["pinned_cpu"] = cpu
             if kept:

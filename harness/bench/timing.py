@@ -226,14 +226,20 @@ def calibrate(step: Callable[[], object], device, *, warmup: int = 1) -> tuple[i
 def bench_rounds(benchmark, step: Callable[[], object], device, *,
                  budget_s: float = DEFAULT_BUDGET_S, warmup: int = 1,
                  rounds: Optional[int] = None, clock: str = "device",
-                 control: bool = False) -> tuple[RunStat, dict]:
+                 control: bool = False, reference: Optional[Callable[[], object]] = None
+                 ) -> tuple[RunStat, dict]:
     """Time ``step`` with pytest-benchmark (Note [A timed round]).
 
     ``clock="device"`` judges the device's own time per step (events on accelerators,
     the process's CPU time on the CPU, which neighbours on a shared host cannot inflate
     by preempting it); ``clock="host"`` judges wall time (work in other processes:
     DataLoader workers). ``control``: time the host control before each round (Note
-    [Host control]). Returns the run statistic (ms per step) and flags for ``info``.
+    [Host control]). ``reference``: a ratio benchmark's plain step, timed (same clock,
+    same DUT scope, same ``inner``) right before each round, so each round is paired
+    with its own reference under the same host conditions; the statistic is then the
+    median of the per-round ratios. (Timed after all the rounds instead, the
+    checkpointing ratio's process runs spread 5-10%.) Returns the run statistic (ms per
+    step, or the ratio) and flags for ``info``.
     """
     inner, one = calibrate(step, device, warmup=warmup)
     if rounds is None:
@@ -256,17 +262,35 @@ def bench_rounds(benchmark, step: Callable[[], object], device, *,
 
     warm = 0 if one * inner > SLOW_STEP_S else 1
     ctl = HostControl(device, clock) if control else None
-    with judged_in(clock_for(device, clock)):
+    now = clock_for(device, clock)
+    ref_ms: list[float] = []
+
+    def setup():  # not timed by pytest-benchmark
+        if ctl is not None:
+            ctl.sample()
+        if reference is not None:
+            start = now()
+            with device.scope():
+                for _ in range(inner):
+                    reference()
+                device.synchronize()
+            ref_ms.append((now() - start) * 1e3 / inner)
+
+    with judged_in(now):
         benchmark.pedantic(one_round, rounds=rounds, iterations=1, warmup_rounds=warm,
-                           **({"setup": ctl.sample} if ctl is not None else {}))
+                           **({"setup": setup} if ctl is not None or reference is not None
+                              else {}))
     if ctl is not None:
         del ctl.samples[:warm]  # the warm-up round's
+    del ref_ms[:warm]
     host_ms = [s * 1e3 / inner for s in benchmark.stats.stats.data]
     dev_ms = [d / inner for d in device_ms[warm:]] or [d / inner for d in device_ms]
     rounds_run, kept, control_ms = len(host_ms), None, None
     if ctl is not None and len(ctl.samples) == len(host_ms) == len(dev_ms):
         quiet = quiet_rounds(ctl.samples)  # Note [Quiet rounds]
         host_ms, dev_ms = [host_ms[i] for i in quiet], [dev_ms[i] for i in quiet]
+        if len(ref_ms) == rounds_run:
+            ref_ms = [ref_ms[i] for i in quiet]
         kept = len(quiet)
         control_ms = statistics.median(ctl.samples[i] for i in quiet)
     elif ctl is not None:
@@ -274,9 +298,14 @@ def bench_rounds(benchmark, step: Callable[[], object], device, *,
     wall = statistics.median(host_ms)
     dev = statistics.median(dev_ms)
     use_device = clock == "device"
-    stat = RunStat(dev if use_device else wall, _mad(dev_ms if use_device else host_ms),
-                   rounds_run, inner, device_ms=dev, control_ms=control_ms, kept=kept)
+    values = dev_ms if use_device else host_ms
+    if reference is not None:  # the per-round ratios, each round against its own reference
+        values = [v / r for v, r in zip(values, ref_ms)]
+    stat = RunStat(statistics.median(values), _mad(values), rounds_run, inner, device_ms=dev,
+                   control_ms=control_ms, kept=kept)
     flags: dict = {"host_ms": wall, "clock": "device" if use_device else "host"}
+    if reference is not None:
+        flags["reference_ms"] = statistics.median(ref_ms)
     if wall > HOST_BOUND_RATIO * dev:
         flags["host_bound"] = (f"host {wall:.4g} ms >> device {dev:.4g} ms per step: " + (
             "launch overhead or host work dominates" if device.is_accelerator else
@@ -287,24 +316,6 @@ def bench_rounds(benchmark, step: Callable[[], object], device, *,
     benchmark.extra_info.update({"inner": inner, "ms_per_step": stat.value, "host_ms": wall,
                                  "device_ms": dev})
     return stat, flags
-
-
-def time_plain(step: Callable[[], object], device, *, rounds: int, inner: int = 1,
-               clock: str = "device") -> RunStat:
-    """Time ``step`` without pytest-benchmark (the reference step of a ratio benchmark),
-    with the same clock as :func:`bench_rounds` (CPU time on the CPU; wall time after a
-    sync on accelerators)."""
-    now = clock_for(device, clock)
-    samples = []
-    with judged_in(now):
-        for _ in range(rounds):
-            start = now()
-            with device.scope():
-                for _ in range(inner):
-                    step()
-                device.synchronize()
-            samples.append((now() - start) * 1e3 / inner)
-    return RunStat(statistics.median(samples), _mad(samples), rounds, inner)
 
 
 # Note [One CPU per timed benchmark]
