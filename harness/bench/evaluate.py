@@ -147,16 +147,24 @@ def _counts(stored, aa, fault, ctl, policy, n: int, runs: int, keep: int) -> dic
     return counts
 
 
+def _meets(counts: dict, n: int, detectable: bool) -> bool:
+    """No false alarm and >= 95% detections (false alarms only for a ratio benchmark)."""
+    return counts["aa"] == 0 and (not detectable
+                                  or counts["fault"] >= math.ceil(TARGET_DETECTED * n))
+
+
 def measured_runs(stored, aa, fault, ctl, policy, n: int, keep: int, *, start: int,
-                  detectable: bool) -> Optional[int]:
+                  first: dict, detectable: bool) -> Optional[int]:
     """The fewest compare runs (``start`` .. :data:`MAX_MEASURED_RUNS`) whose N
-    comparisons give no false alarm and >= 95% detections (false alarms only for a ratio
-    benchmark); None when no count up to the limit does, or the benchmark is unreliable."""
+    comparisons meet the target; ``first``: the counts at ``start``, already judged.
+    None when no count up to the limit does, or the benchmark is unreliable."""
+    counts = first
     for runs in range(start, min(MAX_MEASURED_RUNS, n) + 1):
-        c = _counts(stored, aa, fault, ctl, policy, n, runs, keep)
-        if c["unreliable"] > n:
+        if runs > start:
+            counts = _counts(stored, aa, fault, ctl, policy, n, runs, keep)
+        if counts["unreliable"] > n:
             return None
-        if c["aa"] == 0 and (not detectable or c["fault"] >= math.ceil(TARGET_DETECTED * n)):
+        if _meets(counts, n, detectable):
             return runs
     return None
 
@@ -194,7 +202,7 @@ def judge_all(values: dict[str, dict[str, list[float]]], *, keep: int, compare_r
                         runs_needed(spread, slowdown, len(stored), policy),
                         detectable=record_id not in ratios,
                         runs_measured=measured_runs(stored, aa, fault, ctl, policy, n, keep,
-                                                    start=compare_runs,
+                                                    start=compare_runs, first=counts,
                                                     detectable=record_id not in ratios)))
     return rows
 

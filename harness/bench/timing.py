@@ -246,15 +246,18 @@ def bench_rounds(benchmark, step: Callable[[], object], device, *,
         rounds = int(min(MAX_ROUNDS, max(MIN_ROUNDS, budget_s / max(one * inner, 1e-9))))
     device_ms: list[float] = []
 
+    def steps(fn) -> None:  # one round's work: inside one DUT scope, synchronised
+        with device.scope():
+            for _ in range(inner):
+                fn()
+            device.synchronize()
+
     def one_round():
         timer = device.event_timer() if device.is_accelerator else None
         cpu = time.process_time()  # both clocks outside the scope: a fault's exit counts
         if timer is not None:
             timer.start()
-        with device.scope():
-            for _ in range(inner):
-                step()
-            device.synchronize()
+        steps(step)
         if timer is not None:
             timer.stop()
         cpu = time.process_time() - cpu
@@ -270,10 +273,7 @@ def bench_rounds(benchmark, step: Callable[[], object], device, *,
             ctl.sample()
         if reference is not None:
             start = now()
-            with device.scope():
-                for _ in range(inner):
-                    reference()
-                device.synchronize()
+            steps(reference)
             ref_ms.append((now() - start) * 1e3 / inner)
 
     with judged_in(now):
