@@ -26,7 +26,7 @@ def test_benchmark(workload, benchmark, bench, results, device, settings):
 
 @pytest.mark.distributed
 def test_allreduce_bus_bandwidth(bench, results, device, settings):
-    """all_reduce of 4 MiB at 2 ranks on the device's backend (timed in the ranks, not by
+    """all_reduce of 16 MiB at 2 ranks on the device's backend (timed in the ranks, not by
     pytest-benchmark: they are other processes)."""
     world, record_id = workloads.ALLREDUCE_WORLD, workloads.ALLREDUCE_ID
     if device.is_accelerator and device.count < world:
