@@ -10,8 +10,18 @@ penalised segmentation; the ``l2`` cost on the series standardised by a noise es
 that level shifts do not inflate: 1.4826 x MAD of successive differences / sqrt(2)) with
 penalty ``PENALTY x log(n)``. Each candidate is then kept only when the two segments it
 separates differ significantly (Mann-Whitney U, two-sided, p < ``alpha``) and by at least
-``min_effect`` (relative, default 5%), so a noisy but flat series reports nothing. A
+``min_effect`` (relative, default 5%), so a noisy but flat series reports nothing; while
+one fails, the weakest failing cut is dropped (its two segments merged) and the rest are
+tested again, so a spurious extra cut next to a real change (segments of 2 and 3 runs,
+too few for the test) does not take the real one with it. A
 change is named by the first run after it: its file, time and stack.
+
+A benchmark series whose every run carries a host control is judged host-adjusted, as
+the verdict is (Note [Host adjustment] in :mod:`harness.bench.stats`): change points of
+the raw series cut it into segments, the within-segment Theil-Sen slope of log value on
+log control (:func:`harness.bench.stats.host_slope`, each segment centred on its own
+medians, so the changes do not enter the slope) adjusts every value to the series'
+median control, and the change points are found again on the adjusted series.
 
 Why ruptures and not Apache Otava or MongoDB's signal-processing-algorithms (the
 E-divisive implementations the issue names): on this stack both would change the
@@ -66,6 +76,7 @@ class Run:
     stack_id: str
     device: str
     values: dict[str, float]  # series name -> value
+    controls: dict[str, float] = dataclasses.field(default_factory=dict)  # -> host control
 
 
 def _ruptures():
@@ -104,24 +115,51 @@ def change_points(values: Sequence[float], *, alpha: float = DEFAULT_ALPHA,
     if float(np.ptp(z)) == 0.0:
         return []
     algo = _ruptures().Pelt(model="l2", min_size=min_size, jump=1).fit(z.reshape(-1, 1))
-    ends = algo.predict(pen=PENALTY * math.log(n))
-    cuts = [0, *ends]
-    found = []
-    for k in range(1, len(cuts) - 1):
-        left, right = list(values[cuts[k - 1]:cuts[k]]), list(values[cuts[k]:cuts[k + 1]])
-        before, after = statistics.median(left), statistics.median(right)
-        effect = abs(after - before) / abs(before) if before else math.inf
-        p_value = float(mannwhitneyu(left, right, alternative="two-sided").pvalue)
-        if p_value < alpha and effect >= min_effect:
-            found.append(ChangePoint(cuts[k], before, after, p_value))
-    return found
+    cuts = [0, *algo.predict(pen=PENALTY * math.log(n))]
+    while True:  # drop the weakest failing cut, merging its segments, and test again
+        found, failing = [], []
+        for k in range(1, len(cuts) - 1):
+            left, right = list(values[cuts[k - 1]:cuts[k]]), list(values[cuts[k]:cuts[k + 1]])
+            before, after = statistics.median(left), statistics.median(right)
+            effect = abs(after - before) / abs(before) if before else math.inf
+            p_value = float(mannwhitneyu(left, right, alternative="two-sided").pvalue)
+            if p_value < alpha and effect >= min_effect:
+                found.append(ChangePoint(cuts[k], before, after, p_value))
+            else:
+                failing.append((p_value, -effect, k))
+        if not failing:
+            return found
+        cuts.pop(max(failing)[2])
 
 
-def _run_value(info: dict) -> Optional[float]:
+def host_adjusted(values: Sequence[float], controls: Sequence[float],
+                  cuts: Sequence[int]) -> list[float]:
+    """``values`` adjusted to the median of ``controls`` (Note [Change points]), the slope
+    taken within the segments that ``cuts`` (first indices after a change) separate."""
+    from harness.bench.stats import host_slope
+
+    logs, log_ctl = [math.log(v) for v in values], [math.log(c) for c in controls]
+    bounds = [0, *cuts, len(values)]
+    slope = host_slope([(logs[a:b], log_ctl[a:b]) for a, b in zip(bounds, bounds[1:])])
+    centre = statistics.median(log_ctl)
+    return [math.exp(v - slope * (c - centre)) for v, c in zip(logs, log_ctl)]
+
+
+def _positive(values) -> list[float]:
+    return [float(v) for v in values if isinstance(v, (int, float)) and v > 0]
+
+
+def _run_value(info: dict) -> tuple[Optional[float], Optional[float]]:
+    """A benchmark record's value in one results file (the median of its process runs)
+    and its host control (likewise; None unless every run has one)."""
     runs = info.get("runs") if isinstance(info, dict) else None
-    values = [r.get("value") for r in runs or () if isinstance(r, dict)]
-    values = [float(v) for v in values if isinstance(v, (int, float)) and v > 0]
-    return statistics.median(values) if values else None
+    runs = [r for r in runs or () if isinstance(r, dict)]
+    values = _positive(r.get("value") for r in runs)
+    controls = _positive(r.get("control_ms") for r in runs)
+    if not values:
+        return None, None
+    return (statistics.median(values),
+            statistics.median(controls) if len(controls) == len(runs) else None)
 
 
 def load_runs(results_dir: Union[str, Path], stack: Optional[str] = None,
@@ -142,10 +180,13 @@ def load_runs(results_dir: Union[str, Path], stack: Optional[str] = None,
             continue
         fp = result.fingerprint
         values: dict[str, float] = {}
+        controls: dict[str, float] = {}
         for record_id, rec in result.records.items():
-            bench = _run_value(rec.info)
+            bench, control = _run_value(rec.info)
             if bench is not None:
                 values[record_id] = bench
+                if control is not None:
+                    controls[record_id] = control
                 continue
             if not metrics or rec.status not in ("pass", "fail"):
                 continue
@@ -154,7 +195,7 @@ def load_runs(results_dir: Union[str, Path], stack: Optional[str] = None,
                         and math.isfinite(value):
                     values[f"{record_id}:{name}"] = float(value)
         runs.append(Run(str(path), result.started or path.stem, fp.get("stack_id", "?"),
-                        f"{fp.get('device_type')}/{fp.get('device_slug')}", values))
+                        f"{fp.get('device_type')}/{fp.get('device_slug')}", values, controls))
     if not runs:
         return [], f"no results files in {results_dir}"
     runs.sort(key=lambda r: r.started)
@@ -173,16 +214,24 @@ def analyse(runs: Sequence[Run], **kwargs) -> list[dict]:
     names = sorted({name for run in runs for name in run.values})
     rows = []
     for name in names:
-        points = [(i, run.values[name]) for i, run in enumerate(runs) if name in run.values]
+        points = [i for i, run in enumerate(runs) if name in run.values]
         if len(points) < 2 * MIN_SIZE:
             continue
-        for change in change_points([v for _, v in points], **kwargs):
-            index = points[change.index][0]
+        series = [runs[i].values[name] for i in points]
+        changes = change_points(series, **kwargs)
+        controls = [runs[i].controls.get(name) for i in points]
+        adjusted = all(c is not None for c in controls)
+        if adjusted:  # Note [Change points]: judged as the verdict judges, host-adjusted
+            series = host_adjusted(series, controls, [c.index for c in changes])
+            changes = change_points(series, **kwargs)
+        for change in changes:
+            index = points[change.index]
             first = runs[index]
             rows.append({"series": name, "run_index": index + 1, "run": Path(first.path).name,
                          "started": first.started, "stack_id": first.stack_id,
                          "before": change.before, "after": change.after,
-                         "ratio": change.ratio, "p_value": change.p_value})
+                         "ratio": change.ratio, "p_value": change.p_value,
+                         "host_adjusted": adjusted})
     return rows
 
 
@@ -193,7 +242,8 @@ def report(rows: list[dict], what: str) -> str:
     for row in rows:
         lines.append(f"{row['series']}: change at run {row['run_index']} ({row['run']}, "
                      f"{row['started']}, stack {row['stack_id']}): {row['before']:.4g} -> "
-                     f"{row['after']:.4g} ({row['ratio'] - 1:+.1%}, Mann-Whitney p="
+                     f"{row['after']:.4g} ({row['ratio'] - 1:+.1%}"
+                     f"{', host-adjusted' if row.get('host_adjusted') else ''}, Mann-Whitney p="
                      f"{row['p_value']:.2g})")
     return "\n".join(lines)
 
