@@ -26,7 +26,9 @@ Note [Report ranking]
 ~~~~~~~~~~~~~~~~~~~~~
 Subjects are ranked by what a person must do about them:
 
-0. *capability lost*: a record went pass -> fail/error/unsupported/fallback;
+0. *capability lost*: a record went pass -> fail/error/unsupported/fallback (a
+   benchmark: -> error/unsupported/fallback; its ``fail`` is a slower verdict, Note
+   [Bench verdict], ranked as failing its standard: the benchmark still runs);
 1. *fails its standard*: a record fails or errors now (also when its baseline failed);
 2. *beyond its baseline rule*: a metric moved more than its rule allows while every
    check passes (``review``; a ``regression`` where the rule's severity says the change
@@ -53,6 +55,7 @@ RANKS = ("capability lost", "fails its standard", "beyond its baseline rule", "w
 CAPABILITY_LOST, FAILS, BEYOND_RULE, WITHIN_RULE = range(4)
 FAILING = ("fail", "error")
 LOST = ("fail", "error", "unsupported", "fallback")
+LOST_BY_SUITE = {"bench": ("error", "unsupported", "fallback")}  # Note [Report ranking]
 
 # Note [Report subjects]: suite -> (regex on the record id, replacement).
 SUBJECT_RULES: dict[str, tuple[str, str]] = {
@@ -237,6 +240,14 @@ def worse_ratio(old: Any, new: Any, rule: Optional[Rule]) -> Optional[float]:
     return b / a
 
 
+MESSAGE_CHARS = 400  # a bench verdict's reason fits; a traceback's first line is clipped
+
+
+def _clip(text: str, limit: int = MESSAGE_CHARS) -> str:
+    """``text`` shortened to ``limit`` characters, marked when it was."""
+    return text if len(text) <= limit else text[:limit - 1] + "\u2026"
+
+
 def _standard_text(rec: Record, metric: Optional[str]) -> str:
     """What the precision standard says about ``metric`` of ``rec`` (where it applies)."""
     if metric is None:
@@ -397,7 +408,7 @@ def _subject(sid: str, recs: list[Record], baseline: Optional[RunResults],
             rule = Rule.from_json(finding.rule) if finding.rule else rec.rules.get(
                 finding.metric or "")
             if finding.metric is None:
-                lost = lost or finding.new in LOST
+                lost = lost or finding.new in LOST_BY_SUITE.get(rec.suite, LOST)
             changes.append(Change(rec.id, finding.metric, finding.old, finding.new, rule,
                                   finding.kind, worse_ratio(finding.old, finding.new, rule),
                                   _standard_text(rec, finding.metric)))
@@ -440,7 +451,7 @@ def _subject(sid: str, recs: list[Record], baseline: Optional[RunResults],
         id=sid, suite=recs[0].suite, rank=rank, records=sorted(r.id for r in recs),
         status=status, old_status=old_status, worst=listed[0] if listed else None,
         changes=listed, lines=len(changes), passes=status not in FAILING,
-        reproduce=reproduce_line(shown, run), message=message[:300], kinds=kinds,
+        reproduce=reproduce_line(shown, run), message=_clip(message), kinds=kinds,
         standard=_subject_standard(recs))
 
 
