@@ -1,11 +1,14 @@
 """The benchmark engine: verdict statistics, change points, pytest-benchmark glue, K runs."""
 
+import dataclasses
 import json
 import random
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -96,14 +99,32 @@ def test_history_of_a_noisy_flat_series_has_no_change():
     assert history.change_points(_runs(1.0, 0.05, 20, rng)) == []
 
 
-def _results_file(path: Path, i: int, value: float, stack: str = "torch-2.13.0") -> None:
+def _results_file(path: Path, i: int, value: float, stack: str = "torch-2.13.0",
+                  control: Optional[float] = None) -> None:
+    run = {"value": value} if control is None else {"value": value, "control_ms": control}
     doc = {"schema_version": 1,
            "fingerprint": {"device_type": "cpu", "device_slug": "x", "stack_id": stack},
            "started": f"2026-12-01T00:{i:02d}:00Z", "finished": "", "seed": 0,
            "records": {"bench/op/mm/float32/n256": {
                "suite": "bench", "status": "pass", "metrics": {"value": value},
-               "rules": {}, "info": {"runs": [{"value": value}]}}}}
+               "rules": {}, "info": {"runs": [run]}}}}
     path.write_text(json.dumps(doc))
+
+
+def test_history_judges_a_benchmark_host_adjusted(tmp_path, capsys):
+    """The last clean run on a slow host (its control 1.3x) does not take the change."""
+    rng = random.Random(8)
+    for i in range(11):
+        control = 1.3 if i == 4 else 1 + rng.uniform(-0.08, 0.08)
+        value = (1.0 if i < 5 else 1.2) * control ** 0.9 * (1 + rng.gauss(0, 0.005))
+        _results_file(tmp_path / f"r{i:02d}.json", i, value, control=control)
+    runs, _ = history.load_runs(tmp_path)
+    raw = history.change_points([r.values["bench/op/mm/float32/n256"] for r in runs])
+    assert [c.index for c in raw] == [4]  # raw: the slow host's run looks like the change
+    assert history.main(tmp_path) == 0
+    out = capsys.readouterr().out
+    assert "change at run 6 (r05.json" in out and "host-adjusted" in out
+    assert "change at run 5" not in out
 
 
 def test_history_command_names_the_first_run_after_the_change(tmp_path, capsys):
@@ -452,12 +473,58 @@ def test_a_fault_spins_in_the_clock_its_benchmark_is_judged_in():
     assert clock_of(device) is time.process_time
 
 
-def test_bench_eval_uses_the_policy_the_benchmark_test_uses():
+def test_bench_eval_uses_the_policy_the_benchmark_test_uses(monkeypatch):
     from harness.bench import workloads
 
     assert workloads.policy_for(workloads.ALLREDUCE_ID) == workloads.ALLREDUCE_POLICY
-    assert workloads.policy_for("bench/dataloader/workers2/pin0") == workloads.NOISY
     assert workloads.policy_for("bench/train/simplecnn/float32/step/b8/small") == stats.Policy()
+    strict = stats.Policy(min_effect=0.2)
+    row = dataclasses.replace(workloads.BY_ID["bench/op/mm/float32/n256"], policy=strict)
+    monkeypatch.setattr(workloads, "WORKLOADS", [row])
+    assert workloads.policy_for(row.id) == strict  # a workload's own override
+    assert workloads.policy_for("bench/op/unknown") == stats.Policy()
+
+
+def _affinity_after(fn, *args):
+    """The CPU affinity a forked child has after ``fn(*args)`` (this process keeps its own)."""
+    import multiprocessing
+    import os
+
+    def child(queue):
+        fn(*args)
+        queue.put(sorted(os.sched_getaffinity(0)))
+
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=child, args=(queue,))
+    proc.start()
+    got = queue.get(timeout=60)
+    proc.join(60)
+    return got
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "sched_setaffinity"), reason="no affinity")
+def test_dataloader_workers_and_ranks_each_get_their_own_cpu(monkeypatch):
+    import os
+
+    from harness.bench import workloads
+    from harness.bench.timing import PIN_ENV, pin_helper
+
+    allowed = sorted(os.sched_getaffinity(0))
+    monkeypatch.delenv(PIN_ENV, raising=False)
+    cpu = Device("cpu")
+    loader = workloads.BY_ID["bench/dataloader/workers2/pin0"].build(cpu, "small")
+    try:
+        init = loader.state["loader"].worker_init_fn
+        for worker in range(2):  # what worker i runs first: pinned to the i-th allowed CPU
+            assert _affinity_after(init, worker) == [allowed[worker % len(allowed)]]
+    finally:
+        loader.close()
+    assert _affinity_after(pin_helper, 5, cpu) == [allowed[5 % len(allowed)]]
+    assert pin_helper(0, types.SimpleNamespace(is_accelerator=True)) is None
+    monkeypatch.setenv(PIN_ENV, "none")
+    assert pin_helper(0, cpu) is None
+    assert sorted(os.sched_getaffinity(0)) == allowed
 
 
 def test_the_host_control_is_timed_around_each_cpu_benchmark(tmp_path):

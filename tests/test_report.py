@@ -100,6 +100,25 @@ def test_groups_are_ranked_capability_fails_beyond_rule_then_movers(fingerprint)
     assert rep.counts["ops"]["review"] == 9 and rep.counts["ops"]["regression"] == 1
 
 
+def test_a_slower_benchmark_fails_its_standard_and_a_broken_one_lost_capability(fingerprint):
+    old = {"info": {"runs": [{"value": 1.0}]}, "test": "suites/bench/t.py::test_b"}
+    base = RunResults(fingerprint, {rid: Record(rid, suite="bench", **old) for rid in
+                                    ("bench/op/mm/float32/n256", "bench/op/bmm/float32/b8n128")})
+    run = RunResults(fingerprint, {
+        "bench/op/mm/float32/n256": Record("bench/op/mm/float32/n256", suite="bench",
+                                           status="fail", message="regression, median 1 -> "
+                                           "1.2, " + "the numbers behind it " * 40, **old),
+        "bench/op/bmm/float32/b8n128": Record("bench/op/bmm/float32/b8n128", suite="bench",
+                                              status="error", message="RuntimeError", **old)})
+    subjects = {s.id: s for s in report.build(run, base).subjects}
+    assert {sid: s.rank_label for sid, s in subjects.items()} == {
+        "bench/op/mm/float32/n256": "fails its standard",
+        "bench/op/bmm/float32/b8n128": "capability lost"}
+    message = subjects["bench/op/mm/float32/n256"].message  # long: clipped, and says so
+    assert len(message) == model.MESSAGE_CHARS and message.endswith("\u2026")
+    assert message.startswith("regression, median 1 -> 1.2")
+
+
 def test_harness_errors_make_the_report_no_go(fingerprint):
     base, run = _runs(fingerprint)
     for rid in ("ops/mm/float32/fwd/typical", "norm/bn/float32/eval",
