@@ -362,8 +362,9 @@ def record_id(workload: Workload, device, scale: str) -> str:
 # and with the ranks pinned (Note [One CPU per timed benchmark]) and 150 rounds the process
 # runs spread 4.6% (bench-eval --runs 10, 19:47-19:52 UTC: 0/10 false alarms, 8/10
 # detections; at 4 MiB, pinned, 8.4% and 6/10; unpinned 12.3%, 0/10). NCCL-tests quote bus
-# bandwidth at such sizes too. Over N=20 on a noisier hour (20:02-20:34) it spread 5.4%:
-# the two ranks still share two cores with the host's other tenants. Its spread limit is
+# bandwidth at such sizes too. Over N=20 it spread 5.4% in the noisiest hour (20:02-20:34)
+# and 3.2% in a quieter one (21:26-21:56: 0/20 false alarms, 17/20 detections with two
+# runs, the target with three): the two ranks share two cores with the host's tenants. Its spread limit is
 # the default: past 5% a 15% slow-down is not told from the noise (the violation bound is
 # 2.5 sigmas), and such a benchmark is better `unreliable` than trusted and blind. Its
 # minimum effect is 10%: with --bench-runs 6 (20:38-20:41), six A/A runs recorded three
