@@ -145,21 +145,17 @@ def host_adjusted(values: Sequence[float], controls: Sequence[float],
     return [math.exp(v - slope * (c - centre)) for v, c in zip(logs, log_ctl)]
 
 
-def _positive(values) -> list[float]:
-    return [float(v) for v in values if isinstance(v, (int, float)) and v > 0]
-
-
 def _run_value(info: dict) -> tuple[Optional[float], Optional[float]]:
     """A benchmark record's value in one results file (the median of its process runs)
     and its host control (likewise; None unless every run has one)."""
+    from harness.bench.timing import run_controls, run_values
+
     runs = info.get("runs") if isinstance(info, dict) else None
-    runs = [r for r in runs or () if isinstance(r, dict)]
-    values = _positive(r.get("value") for r in runs)
-    controls = _positive(r.get("control_ms") for r in runs)
+    values, controls = run_values(runs), run_controls(runs)
     if not values:
         return None, None
     return (statistics.median(values),
-            statistics.median(controls) if len(controls) == len(runs) else None)
+            statistics.median(controls) if None not in controls else None)
 
 
 def load_runs(results_dir: Union[str, Path], stack: Optional[str] = None,
