@@ -3,7 +3,8 @@
 A :class:`Record` is what one check measured (pass or fail): a status, metrics, and a
 :class:`Rule` per metric saying which direction is better and how much change is a
 regression. A :class:`RunResults` is one run's records plus its fingerprint; a baseline
-is a results file kept (see :mod:`harness.baselines`). Schema: DESIGN.md.
+is a results file kept (see :mod:`harness.baselines`). Every field of the file, its
+versions and their migrations: docs/schema.md.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""The version this harness writes and reads (older ones through :data:`MIGRATIONS`)."""
 STATUSES = ("pass", "fail", "error", "unsupported", "fallback", "skip")
 BETTER = ("lower", "higher", "equal")
 SEVERITIES = ("review", "regression")
@@ -30,6 +32,84 @@ NON_FINITE = ("inf", "-inf", "nan")
 
 class SchemaError(ValueError):
     """A results or baseline document that does not follow the schema."""
+
+
+class NewerSchemaError(SchemaError):
+    """A document written by a newer harness (a ``schema_version`` above ours)."""
+
+
+# Note [Schema versions and migrations]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# A baseline lives for months and is committed; the harness that reads it changes. So a
+# file says which schema wrote it (``schema_version``) and this module reads every older
+# version through a chain of steps, as asv does with ``api_version`` and its
+# ``update_to_N`` functions: ``update_to_N`` takes a version N-1 document and returns the
+# version N one, and :func:`migrate` applies the steps from the file's version up to
+# :data:`SCHEMA_VERSION`. A document newer than this harness is refused (its fields may
+# mean something this code does not know), with the fix: upgrade the harness.
+#
+# Changing the format is therefore: bump SCHEMA_VERSION, write ``update_to_<N>`` (pure,
+# on plain JSON data: give every field the old version lacked the value that says what an
+# old file meant, rename or reshape what changed) and add its row to MIGRATIONS; then a
+# test that reads a version N-1 file (tests/test_results.py) and the table in
+# docs/schema.md. A step never reads the new code's defaults: it writes what the old
+# file meant, so the reader can rely on the field being there. Writing always uses the
+# newest version; nothing writes an old one.
+
+
+def update_to_2(doc: dict) -> dict:
+    """Version 1 -> 2: the run-level fields the judgement reads are always present.
+
+    Version 1 wrote ``faults`` only when a fault was active and ``complete`` only when the
+    session did not finish, so their absence meant none and complete; ``seed`` could be
+    missing in hand-made files. ``selection`` (which checks the run selected: filters,
+    markers, ``--run-slow``) is new in version 2; a version 1 file did not record it, so it
+    is ``None``: unknown, which a comparison must treat as "maybe different".
+    """
+    doc.setdefault("seed", None)
+    doc.setdefault("faults", [])
+    doc.setdefault("complete", True)
+    doc.setdefault("selection", None)
+    return doc
+
+
+MIGRATIONS: dict[int, Callable[[dict], dict]] = {
+    2: update_to_2,
+}
+"""Target version -> the step from the version before it (Note [Schema versions and
+migrations]). One row per version above 1, none missing (checked at import)."""
+
+if sorted(MIGRATIONS) != list(range(2, SCHEMA_VERSION + 1)):
+    raise ImportError(f"harness.results: MIGRATIONS has steps to {sorted(MIGRATIONS)} but "
+                      f"SCHEMA_VERSION {SCHEMA_VERSION} needs exactly one step to each of "
+                      f"{list(range(2, SCHEMA_VERSION + 1))}: add the missing update_to_N")
+
+
+def migrate(data: Any, source: str = "document") -> dict:
+    """``data`` (a parsed results file of any known version) as a :data:`SCHEMA_VERSION`
+    document; the input is not changed.
+
+    Raises :class:`NewerSchemaError` for a file written by a newer harness (``source``,
+    e.g. the path, names it in the message) and :class:`SchemaError` for a document that
+    has no usable ``schema_version``.
+    """
+    if not isinstance(data, dict):
+        raise SchemaError("top level is not an object")
+    version = data.get("schema_version")
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise SchemaError(f"schema_version is {version!r}, expected a version number from "
+                          f"1 to {SCHEMA_VERSION}; it was written by another tool")
+    if version > SCHEMA_VERSION:
+        raise NewerSchemaError(
+            f"{source}: schema_version {version} is newer than this harness reads "
+            f"(versions 1 to {SCHEMA_VERSION}); a newer harness wrote it. Upgrade the "
+            "harness (pip install --upgrade npu-conformance, or update the checkout) to "
+            "read it; do not re-record it with this one")
+    doc = dict(data)
+    for target in range(version + 1, SCHEMA_VERSION + 1):
+        doc = MIGRATIONS[target](doc)
+        doc["schema_version"] = target
+    return doc
 
 
 @dataclasses.dataclass(frozen=True)
@@ -235,13 +315,10 @@ class RunResults:
         return out
 
     @classmethod
-    def from_json(cls, data: Any) -> RunResults:
-        if not isinstance(data, dict):
-            raise SchemaError("top level is not an object")
-        version = data.get("schema_version")
-        if version != SCHEMA_VERSION:
-            raise SchemaError(f"schema_version is {version!r}, this harness reads "
-                              f"{SCHEMA_VERSION}; it was written by another tool or version")
+    def from_json(cls, data: Any, source: str = "document") -> RunResults:
+        """A run from a parsed results file of any known version (read through
+        :func:`migrate`; ``source`` names the file in a version error)."""
+        data = migrate(data, source)
         fingerprint = data.get("fingerprint")
         if not isinstance(fingerprint, dict) or "device_type" not in fingerprint \
                 or "stack_id" not in fingerprint:
@@ -382,7 +459,9 @@ def load(path: Union[str, Path]) -> RunResults:
                           "Restore it from version control or re-record it with "
                           "--baseline record") from exc
     try:
-        return RunResults.from_json(data)
+        return RunResults.from_json(data, source=str(path))
+    except NewerSchemaError:
+        raise  # it is a results file: the fix is a newer harness, not re-recording
     except SchemaError as exc:
         raise SchemaError(f"{path}: not a harness results file: {exc}. Re-record it with "
                           "--baseline record, or point --baseline-dir elsewhere") from exc

@@ -2,6 +2,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -55,12 +56,85 @@ def test_truncated_file_error_names_file_and_line(tmp_path, fingerprint):
 
 def test_foreign_schema_is_a_clear_error(tmp_path):
     path = tmp_path / "b.json"
-    path.write_text(json.dumps({"schema_version": 7, "records": {}}))
-    with pytest.raises(SchemaError, match="schema_version is 7"):
+    for doc in ({"benchmarks": []}, {"schema_version": "1", "records": {}},
+                {"schema_version": 0, "records": {}}):
+        path.write_text(json.dumps(doc))
+        with pytest.raises(SchemaError, match="not a harness results file") as info:
+            results.load(path)
+        assert not isinstance(info.value, results.NewerSchemaError)
+        assert "schema_version is" in str(info.value)
+
+
+V1_RUN = {  # what a version 1 harness wrote: no faults, complete or selection when clean
+    "schema_version": 1,
+    "fingerprint": {"device_type": "cpu", "stack_id": "torch-2.13.0"},
+    "started": "2026-12-01T10:18:36Z", "finished": "2026-12-01T10:23:24Z",
+    "records": {"ops/exp/float16/fwd": {"suite": "ops", "status": "pass",
+                                        "metrics": {"max_rel_err": 4.9e-4}, "rules": {}}},
+}
+
+
+def test_a_version_1_file_is_read_through_its_migration(tmp_path):
+    assert results.SCHEMA_VERSION == 2
+    path = tmp_path / "v1.json"
+    path.write_text(json.dumps(V1_RUN))
+    loaded = results.load(path)
+    assert loaded.faults == [] and loaded.complete is True and loaded.seed is None
+    assert loaded.records["ops/exp/float16/fwd"].metrics == {"max_rel_err": 4.9e-4}
+    doc = results.migrate(V1_RUN)
+    assert doc["schema_version"] == 2
+    assert {k: doc[k] for k in ("seed", "faults", "complete", "selection")} == \
+        {"seed": None, "faults": [], "complete": True, "selection": None}
+    assert V1_RUN["schema_version"] == 1 and "faults" not in V1_RUN  # input untouched
+    interrupted = dict(V1_RUN, complete=False, faults=["example.add_drift"], seed=7)
+    doc = results.migrate(interrupted)  # what version 1 did write is kept
+    assert (doc["complete"], doc["faults"], doc["seed"]) == (False, ["example.add_drift"], 7)
+    rewritten = json.loads(results.dumps(loaded))
+    assert rewritten["schema_version"] == results.SCHEMA_VERSION  # written as the newest
+
+
+def test_migration_steps_run_in_order_from_the_files_version(tmp_path, monkeypatch):
+    """Adding a version is one function and one table row (Note [Schema versions and
+    migrations]): a version 1 file goes through every step up to the newest."""
+    def update_to_3(doc):
+        doc["faults"] = [f"{name}!" for name in doc["faults"]]  # needs step 2's default
+        return doc
+
+    monkeypatch.setattr(results, "SCHEMA_VERSION", 3)
+    monkeypatch.setitem(results.MIGRATIONS, 3, update_to_3)
+    doc = results.migrate(dict(V1_RUN, faults=["ops.x"]))
+    assert doc["schema_version"] == 3 and doc["faults"] == ["ops.x!"]
+    assert doc["selection"] is None  # step 2 ran first
+    assert results.migrate(dict(V1_RUN, schema_version=2, faults=["a"]))["faults"] == ["a!"]
+    assert results.migrate(dict(V1_RUN, schema_version=3, faults=["a"]))["faults"] == ["a"]
+
+
+def test_the_migration_table_has_one_step_per_version():
+    assert sorted(results.MIGRATIONS) == list(range(2, results.SCHEMA_VERSION + 1))
+    assert all(step.__name__ == f"update_to_{version}"
+               for version, step in results.MIGRATIONS.items())
+
+
+def test_a_newer_file_is_refused_naming_file_versions_and_the_fix(tmp_path):
+    path = tmp_path / "future.json"
+    path.write_text(json.dumps(dict(V1_RUN, schema_version=results.SCHEMA_VERSION + 1)))
+    with pytest.raises(results.NewerSchemaError) as info:
         results.load(path)
-    path.write_text(json.dumps({"benchmarks": []}))
-    with pytest.raises(SchemaError, match="not a harness results file"):
-        results.load(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: schema_version {results.SCHEMA_VERSION + 1} is newer")
+    assert f"versions 1 to {results.SCHEMA_VERSION}" in message
+    assert "Upgrade the harness" in message and "not a harness results file" not in message
+
+
+COMMITTED = sorted((Path(__file__).resolve().parents[1] / "baselines").glob("**/*.json"))
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=[p.parent.name for p in COMMITTED])
+def test_committed_baselines_keep_loading(path):
+    version = json.loads(path.read_text())["schema_version"]
+    assert 1 <= version <= results.SCHEMA_VERSION
+    loaded = results.load(path)
+    assert loaded.records and loaded.fingerprint["stack_id"] == path.stem
 
 
 def test_failed_write_leaves_old_file_and_no_temp(tmp_path, monkeypatch):
