@@ -161,7 +161,7 @@ class Replay:
         args = values_list[:self.n_args]
         kwargs = dict(zip(self.kw_names, values_list[self.n_args:]))
         if Device.in_scope():
-            with fallback.capture(where.type) as seen:
+            with fallback.capture(where.type, trace_known=False) as seen:
                 out = self.overload(*args, **kwargs)
             self.fallbacks.extend(op for op in seen.ops if op not in self.fallbacks)
         else:

@@ -619,10 +619,13 @@ def _run_sample(op, case: OpInfoCase, sample, digest: str, device, dtype: torch.
         if mag.error is not None:
             mag = None
 
-    seen = policy.Watch(phase=None)
+    seen = policy.Watch(phase=None)  # Note [Measured without the harness]
     dut = _run(op, sample, device=device.torch_device, from_dtype=dtype, to_dtype=dtype,
                backward=wants_grad, cotangent_seed=cot_seed,
-               scope=lambda: policy.watch(device, into=seen), seen=seen)
+               scope=lambda: policy.watch(device, into=seen))
+    _run(op, sample, device=device.torch_device, from_dtype=dtype, to_dtype=dtype,
+         backward=wants_grad, cotangent_seed=cot_seed,
+         scope=lambda: policy.noting(device, seen), seen=seen)
     fell_back = list(seen.fallback.ops)
     info["aten_ops"] = seen.info()
     where = f" [{device.type}, {case.dtype}, {standard}]"

@@ -16,17 +16,33 @@ everywhere (STYLE.md "One policy per concept").
   The CPU's own error in the DUT's dtype is taken into account there and only there
   (Note [CPU's own error] in :mod:`harness.compare`).
 * :func:`watch`: wraps a DUT call: CPU-fallback capture (:mod:`harness.fallback`) and
-  the aten ops it dispatched (Note [Aten ops of a record]).
-
-Note [Aten ops of a record]
+  the aten ops it dispatched (Note [Aten ops of a record]
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~
 Each op-level record keeps ``info["aten_ops"] = {"fwd": [...], "bwd": [...]}``: the sorted
 overload-packet names (``aten.clamp_min``) its DUT computation dispatched, forward and
 backward apart. The report groups failing records by these names to point at a common
 kernel. They are captured by a :class:`~torch.utils._python_dispatch.TorchDispatchMode`
-that only notes ``func.overloadpacket`` and calls through, entered inside the DUT scope
-(so faults, entered by the scope, still act on every op); it never changes a value, so
-metrics are the same with or without it.
+that only notes ``func.overloadpacket`` and calls through.
+
+Note [Measured without the harness]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+A Python dispatch mode is not neutral: while one is active, torch takes its
+subclass-safe formulas (``at::isTensorSubclassLike`` is true for every tensor), so
+``cumprod_backward``, ``prod_backward`` and others compute another way, and on torch 2.1,
+2.4 and 2.5 ``cumprod``'s gradient came out up to 1e3x less accurate than the CPU's own.
+The harness would have filed its own recording as the stack's fault. So the DUT runs
+twice (:func:`run_dut`):
+
+1. *measured*: inside ``device.scope()`` with the fallback capture's warning, log and
+   stderr listeners only (no dispatch mode of the harness); its outputs are the ones
+   judged;
+2. *noted*: the same call again, inside the scope, under the aten-op recorder and the
+   fallback capture's known-op tracer (Note [Fallback warnings are emitted once] in
+   :mod:`harness.fallback`); its outputs and exceptions are dropped; the op names and
+   the fallbacks it saw are kept.
+
+Faults (entered by the scope) act on both. ``tests/test_op_policy.py`` checks, for every
+catalog op and dtype, that the outputs with the recording equal those without it.
 """
 
 from __future__ import annotations
@@ -34,14 +50,17 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import re
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional, TypeVar
 
 import torch
 
 from harness import dtypes, fallback
 
 __all__ = ["OP_STANDARDS", "GRAD_STANDARDS", "UNSUPPORTED_PATTERNS", "DEFAULT_STANDARD",
-           "Watch", "classify_exception", "judge", "op_names", "standard_for", "watch"]
+           "Watch", "classify_exception", "judge", "noting", "op_names", "run_dut", "standard_for",
+           "watch"]
+
+T = TypeVar("T")
 
 # --------------------------------------------------------------------------- exceptions
 
@@ -332,16 +351,72 @@ def _recorder(seen: Watch):
 
 
 @contextlib.contextmanager
-def watch(device, *, aten_ops: bool = True, into: Optional[Watch] = None) -> Iterator[Watch]:
-    """Run a block as the DUT: inside ``device.scope()``, with fallback capture and aten-op
-    recording; synchronises the device before leaving.
+def watch(device, *, into: Optional[Watch] = None) -> Iterator[Watch]:
+    """Run a block as the measured DUT: inside ``device.scope()``, with the CPU-fallback
+    capture's listeners and no dispatch mode of the harness (Note [Measured without the
+    harness]); synchronises the device before leaving. The aten ops are noted by
+    :func:`noting`, in a second execution.
 
     Yields a :class:`Watch` (``into``, or a new one), complete when the block exits (also
     when it raises).
     """
     seen = into if into is not None else Watch()
-    with device.scope(), fallback.capture(device.type) as found:
+    with device.scope(), fallback.capture(device.type, trace_known=False) as found:
         seen.fallback = found
-        with _recorder(seen) if aten_ops else contextlib.nullcontext():
-            yield seen
+        yield seen
         device.synchronize()
+
+
+class noting:
+    """``with noting(device, seen):`` runs a block again as the DUT to note its aten ops
+    into ``seen`` (and the known fallback ops it dispatches into ``seen.fallback``). An
+    ``Exception`` inside is swallowed: the block's results are not judged (Note [Measured
+    without the harness])."""
+
+    def __init__(self, device, seen: Watch) -> None:
+        self.device, self.seen = device, seen
+        self.stack = contextlib.ExitStack()
+        self.found = fallback.Capture()
+
+    def __enter__(self) -> Watch:
+        with self.stack as stack:
+            stack.enter_context(self.device.scope())
+            self.found = stack.enter_context(fallback.capture(self.device.type, stderr=False))
+            stack.enter_context(_recorder(self.seen))
+            self.stack = stack.pop_all()
+        return self.seen
+
+    def __exit__(self, kind, value, traceback) -> bool:
+        try:
+            if kind is None:
+                self.device.synchronize()
+        except Exception:  # noqa: BLE001 - the measured call's outcome is the record's
+            pass
+        finally:
+            with contextlib.suppress(Exception):
+                self.stack.__exit__(kind, value, traceback)
+            measured = self.seen.fallback
+            for op in self.found.ops:
+                measured.add(op, self.found.sources[op])
+        return kind is not None and issubclass(kind, Exception)
+
+
+def run_dut(device, call: Callable[[Optional[Watch]], T], seen: Optional[Watch] = None) -> T:
+    """``call(seen)`` as the DUT, measured, then again to note its aten ops (Note [Measured
+    without the harness]); returns (or raises) what the measured call did.
+
+    ``call`` receives the :class:`Watch` to set ``phase`` on (None for the measured call,
+    so that it touches nothing the second call notes); it must not draw random numbers
+    that the caller uses afterwards, since it runs twice.
+    """
+    seen = seen if seen is not None else Watch(phase=None)
+    try:
+        with watch(device, into=seen):
+            result = call(None)
+    except Exception:
+        with noting(device, seen):
+            call(seen)
+        raise
+    with noting(device, seen):
+        call(seen)
+    return result

@@ -2,8 +2,9 @@
 
 :func:`run_case` takes a :class:`~harness.device.Device` and plain values (an entry, a
 dtype name, a sample, a seed), builds the inputs with a seeded generator, runs the op
-forward and backward as the DUT (:func:`harness.ops.policy.watch`: inside
-``device.scope()``, with CPU-fallback capture and the aten ops it dispatched), runs the
+forward and backward as the DUT (:func:`harness.ops.policy.run_dut`: measured inside
+``device.scope()`` with CPU-fallback capture, then again to note the aten ops it
+dispatched: Note [Measured without the harness]), runs the
 up-cast reference and the low-precision reference outside it, and returns one
 :class:`~harness.ops.outcome.OpOutcome` per direction (``fwd``, ``bwd``) with the metrics
 of a :class:`~harness.compare.Verdict` per output / input gradient. Exceptions, standards
@@ -177,11 +178,18 @@ def run_case(device, entry: OpEntry, dtype: str, sample: Sample, seed: int = 0,
 
     # ---- the DUT (faults act here)
     seen = policy.Watch(phase=None)
+    drawn: list = []  # the cotangents the measured call drew, for the noting call
+
+    def dut(noting: Optional[policy.Watch]):
+        outs, grads, cotangents = _execute(
+            entry, values, sample, device.torch_device, torch_dtype if is_float else None,
+            backward, drawn[0] if drawn else None, None if drawn else gen, noting)
+        if not drawn:
+            drawn.append(cotangents)
+        return outs, grads, cotangents
+
     try:
-        with policy.watch(device, into=seen):
-            dut_outs, dut_grads, grad_outputs = _execute(
-                entry, values, sample, device.torch_device, torch_dtype if is_float else None,
-                backward, None, gen, seen)
+        dut_outs, dut_grads, grad_outputs = policy.run_dut(device, dut, seen)
     except Exception as exc:  # noqa: BLE001 - a failing DUT op is a record, not a crash
         status, reason = policy.classify_exception(exc)
         for outcome in outcomes.values():

@@ -40,17 +40,25 @@ def dropout_judge(feature_dims: int = 0):
         torch_dtype = DTYPES[dtype]
         backward = "bwd" in outcomes
         grad_out = torch.randn(x.shape, generator=gen).to(torch_dtype)
-        device.seed(int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))
+        seed = int(torch.randint(0, 2**31 - 1, (1,), generator=gen))
         seen = policy.Watch(phase=None)
+
+        def dut(noting):
+            device.seed(seed)
+            xd = x.to(device.torch_device, copy=True).requires_grad_(backward)
+            gd = grad_out.to(device.torch_device)
+            if noting is not None:
+                noting.phase = "fwd"
+            y = entry.fn(xd, **sample.kwargs)
+            if noting is not None:
+                noting.phase = "bwd"
+            gx = torch.autograd.grad(y, xd, gd)[0] if backward else None
+            if noting is not None:
+                noting.phase = None
+            return y, gx
+
         try:
-            with policy.watch(device, into=seen):
-                xd = x.to(device.torch_device, copy=True).requires_grad_(backward)
-                gd = grad_out.to(device.torch_device)
-                seen.phase = "fwd"
-                y = entry.fn(xd, **sample.kwargs)
-                seen.phase = "bwd"
-                gx = torch.autograd.grad(y, xd, gd)[0] if backward else None
-                seen.phase = None
+            y, gx = policy.run_dut(device, dut, seen)
         except Exception as exc:  # noqa: BLE001 - a failing DUT op is a record
             for outcome in outcomes.values():
                 outcome.status = policy.classify_exception(exc)[0]
