@@ -214,3 +214,52 @@ class SincMLP(nn.Module):
 def sinc_mlp() -> tuple[nn.Module, torch.Tensor]:
     """SincMLP with a 4x48 example batch."""
     return SincMLP(), torch.randn(4, 48)
+
+
+class Recommender(nn.Module):
+    """A click model on hashed integer ids: the integer arguments a replay must keep.
+
+    Item ids are hashed into ``buckets`` and pooled per user by an ``EmbeddingBag`` in
+    ``mean`` mode (bags given by offsets); tags by one in ``sum`` mode with per-sample
+    weights (one bag empty); a padded history (id 0 pads) goes through an ``Embedding``,
+    a padding mask and a bucket histogram (``scatter_add``); the user vector scores
+    ``candidates`` items and each row keeps the scores of its own picks (``gather``).
+    """
+
+    def __init__(self, buckets: int = 97, dim: int = 16, candidates: int = 40) -> None:
+        super().__init__()
+        self.buckets = buckets
+        self.items = nn.EmbeddingBag(buckets, dim, mode="mean")
+        self.tags = nn.EmbeddingBag(buckets, dim, mode="sum")
+        self.history = nn.Embedding(buckets, dim)
+        self.tower = nn.Sequential(nn.Linear(3 * dim + buckets, 32), nn.ReLU(),
+                                   nn.Linear(32, dim))
+        self.candidates = nn.Parameter(torch.randn(candidates, dim) / math.sqrt(dim))
+
+    def forward(self, item_ids: torch.Tensor, item_offsets: torch.Tensor,
+                tag_ids: torch.Tensor, tag_offsets: torch.Tensor, tag_weights: torch.Tensor,
+                history: torch.Tensor, picks: torch.Tensor) -> torch.Tensor:
+        items = self.items(item_ids % self.buckets, item_offsets)
+        tags = self.tags(tag_ids % self.buckets, tag_offsets, per_sample_weights=tag_weights)
+        mask = history != 0
+        hashed = history % self.buckets
+        seen = self.history(hashed).masked_fill(~mask.unsqueeze(-1), 0.0)
+        seen = seen.sum(1) / mask.sum(1, keepdim=True).clamp(min=1)
+        counts = torch.zeros(history.shape[0], self.buckets).scatter_add(
+            1, hashed, mask.to(seen.dtype))
+        user = self.tower(torch.cat([items, tags, seen, counts], 1))
+        return (user @ self.candidates.T).gather(1, picks)
+
+
+def recommender() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """Recommender on a batch of 4 users: raw ids up to 10^6 (hashed by the model), item
+    bags of 3, 2, 4 and 2 ids, tag bags of 2, 0, 4 and 3 weighted ids, a history of 6
+    ids padded with 0, and 5 candidate picks per user."""
+    gen = torch.Generator().manual_seed(0)
+    item_ids = torch.randint(1, 10**6, (11,), generator=gen)
+    tag_ids = torch.randint(1, 10**6, (9,), generator=gen)
+    history = torch.randint(1, 10**6, (4, 6), generator=gen)
+    history[torch.tensor([0, 1, 1, 3]), torch.tensor([5, 4, 5, 5])] = 0  # padding
+    return Recommender(), (item_ids, torch.tensor([0, 3, 5, 9]), tag_ids,
+                           torch.tensor([0, 2, 2, 6]), torch.rand(9, generator=gen) + 0.5,
+                           history, torch.randint(0, 40, (4, 5), generator=gen))

@@ -19,10 +19,26 @@ asked to do: autocast's casts and the 16-bit kernels after them.
 
 Note [Captured value ranges]
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-Replaying a call with random inputs must stay inside the op's domain: an index tensor
-must index, a variance must be positive. The capture keeps, per tensor argument, the
-smallest and largest finite value over all calls of the signature (integers: the index
-range; bools: the share of True); :mod:`harness.model.cases` draws from that range.
+Replaying a call with random inputs must stay inside the op's domain: a variance must be
+positive, a log's argument too. The capture keeps, per tensor argument, the smallest and
+largest finite value over all calls of the signature (integers: the index range; bools:
+the share of True); :mod:`harness.model.cases` draws floating inputs from that range.
+
+Note [Captured integer values]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+Integer and boolean arguments carry contracts a range cannot hold: an ``EmbeddingBag``'s
+offsets start at 0 and never decrease, its ``offset2bag`` and ``bag_size`` must agree with
+them, a mask selects exactly the positions the model masked, a max-pool's indices point
+into their window. So the capture keeps the *values* of every integer and boolean tensor
+argument of the first call of each signature (:attr:`Call.values`), all from that one call
+so they agree with each other, and the replay feeds them back unchanged; only floating
+arguments are drawn afresh. A tensor is kept as its storage span (the elements from its
+storage offset over the extent its sizes and strides reach), so a non-contiguous one is
+rebuilt with the captured strides over the captured memory. Tensors above
+:data:`KEEP_VALUES_MAX` elements are not kept (the replay falls back to the range, and a
+contract it breaks shows as a harness error: Note [Replay errors are the harness's] in
+:mod:`harness.model.cases`). The values stay out of the signature: two calls with the same
+structure are one case whatever their indices.
 """
 
 from __future__ import annotations
@@ -50,6 +66,9 @@ OPTIMIZERS = {
                                               foreach=True),
 }
 """``--optimizer`` values: how the captured step builds its optimizer."""
+KEEP_VALUES_MAX = 1 << 24
+"""The most elements of an integer/boolean argument whose values a capture keeps (Note
+[Captured integer values]): 128 MiB of int64."""
 IGNORED_NAMESPACES = ("profiler",)
 """Namespaces of dispatched calls that are bookkeeping, not kernels (the optimizer's
 ``record_function``): not kept."""
@@ -148,6 +167,9 @@ class Call:
         count: calls with this signature in the step.
         phases: calls per phase, in first-seen order.
         ranges: per tensor argument (flattened order), its :class:`Range`.
+        values: per tensor argument (flattened order), the storage span of an integer or
+            boolean one as the first call passed it, else None (Note [Captured integer
+            values]).
         mutates: flattened indices of the tensor arguments the op writes (in-place ops).
     """
 
@@ -160,6 +182,7 @@ class Call:
     count: int = 0
     phases: dict[str, int] = dataclasses.field(default_factory=dict)
     ranges: list[Range] = dataclasses.field(default_factory=list)
+    values: list[Optional[torch.Tensor]] = dataclasses.field(default_factory=list)
     mutates: tuple[int, ...] = ()
 
     @property
@@ -225,6 +248,27 @@ def _flat(value: Any) -> list:
     if isinstance(value, dict):
         return [x for k in value for x in _flat(value[k])]
     return [value]
+
+
+def storage_span(shape: tuple[int, ...], stride: tuple[int, ...]) -> int:
+    """Elements a tensor of these sizes and strides reaches from its storage offset."""
+    if any(size == 0 for size in shape):
+        return 0
+    return 1 + sum((size - 1) * st for size, st in zip(shape, stride))
+
+
+def kept_values(tensor: torch.Tensor) -> Optional[torch.Tensor]:
+    """A copy of an integer or boolean tensor's storage span (1-D), or None for floating,
+    complex, sparse, meta and oversized ones (Note [Captured integer values])."""
+    if (tensor.is_floating_point() or tensor.is_complex() or tensor.layout != torch.strided
+            or tensor.device.type == "meta"):
+        return None
+    span = storage_span(tuple(tensor.shape), tuple(tensor.stride()))
+    if span > KEEP_VALUES_MAX:
+        return None
+    with torch.no_grad():
+        flat = tensor.detach().as_strided((span,), (1,), tensor.storage_offset())
+        return flat.to("cpu", copy=True)
 
 
 def _meta(value: Any) -> Any:
@@ -304,6 +348,7 @@ def _make_mode_class():
                                           if schema.overload_name else "")
                 call = Call(str(func), qualname, margs, mkwargs, signature,
                             digest_of(signature), ranges=[Range() for _ in tensors],
+                            values=[kept_values(t) for t in tensors],
                             mutates=_mutated_positions(func, args, kwargs))
                 self.calls[key] = call
             call.count += 1

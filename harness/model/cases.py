@@ -15,10 +15,12 @@ long as the model dispatches the same call.
 
 Note [Replaying a captured call]
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-* Values: drawn by the catalog's generators within the captured range (Note [Captured
-  value ranges]): index tensors within the captured index range, floats ``positive`` when
+* Values: integer and boolean arguments (indices, offsets, masks, lengths, counters) are
+  the captured values of the call, passed as plain tensors that the runner copies as they
+  are (Note [Captured integer values]); floats are drawn afresh by the catalog's
+  generators within the captured range (Note [Captured value ranges]): ``positive`` when
   every captured value was >= 0 (a variance, an inverse std, a ReLU output), else
-  ``normal``.
+  ``normal``. An integer argument too large to keep is drawn within its captured range.
 * Dtypes: the case's dtype is the first floating input's; inputs of that dtype are
   up-cast for the reference (and a ``dtype=`` argument equal to it follows them), others
   keep their captured dtype on both sides; :data:`NO_UPCAST` ops (AMP's fp32-only scale
@@ -38,6 +40,17 @@ Note [Replaying a captured call]
   cannot hold is judged as the catalog's ``*_rounded_bound`` rows
   (:func:`~harness.ops.policy.rounded_bound_key`).
 * Random and uninitialised ops (:data:`SKIP_OPS`) are recorded ``skip`` with the reason.
+
+Note [Replay errors are the harness's]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+The model's own step ran every captured call on the CPU without an error. So when a
+replay raises, the first question is whether the replay itself is at fault (inputs that
+break the op's contract, a reference dtype the CPU lacks): :func:`run_model_case` runs
+the same replay on the CPU outside the DUT scope, in the case's dtype and in the
+reference's. If that raises too, the error is the harness's, not the device's: the record
+is ``error`` with ``info["harness_error"]`` and a message that says so and names the fix
+(:func:`harness_error`); the device is not blamed for an input the harness made up. Only
+an error the CPU does not reproduce stays the DUT's (``error`` or ``unsupported``).
 """
 
 from __future__ import annotations
@@ -53,13 +66,15 @@ from harness.model.capture import (
     IGNORED_NAMESPACES,
     Call,
     DevicePlaceholder,
+    Range,
     StepCapture,
     TensorMeta,
+    storage_span,
 )
 from harness.ops import policy
 from harness.ops.outcome import OpOutcome
 from harness.ops.runner import run_case
-from harness.ops.spec import DTYPES, I, M, OpEntry, Sample, T
+from harness.ops.spec import DTYPES, UPCAST, I, M, OpEntry, Sample, T, case_seed, materialize
 
 SKIP_OPS: dict[str, str] = {
     **{op: "random: its output is a random draw" for op in (
@@ -212,20 +227,19 @@ class ModelCase:
         return f"model/{self.model}/{self.call.op}/{self.call.digest}/{direction}"
 
 
-def _storage_len(shape: tuple[int, ...], stride: tuple[int, ...]) -> int:
-    if any(s == 0 for s in shape):
-        return 0
-    return 1 + sum((size - 1) * st for size, st in zip(shape, stride))
-
-
 def _float_domain(low: Optional[float], high: Optional[float]) -> str:
     if low is not None and low >= 0 and high is not None and high > 0:
         return "positive"
     return "normal"
 
 
-def _spec_for(meta: TensorMeta, rng, primary: Optional[str], grad: bool):
-    shape = meta.shape if meta.contiguous else (_storage_len(meta.shape, meta.stride),)
+def _spec_for(meta: TensorMeta, rng: Range, value: Optional[torch.Tensor],
+              primary: Optional[str], grad: bool):
+    """The sample argument of one captured tensor: its captured values (integer, boolean),
+    else a spec the runner draws from (Note [Replaying a captured call])."""
+    if value is not None:  # the storage span; a contiguous one is the tensor itself
+        return value.reshape(meta.shape) if meta.contiguous else value
+    shape = meta.shape if meta.contiguous else (storage_span(meta.shape, meta.stride),)
     dtype = DTYPES.get(meta.dtype)
     if dtype is None:
         raise ValueError(f"dtype {meta.dtype} cannot be replayed")
@@ -261,6 +275,7 @@ def _overload(op: str):
 def build_case(model: str, call: Call) -> ModelCase:
     """A :class:`ModelCase` for one captured call (Note [Replaying a captured call])."""
     tensors = call.tensors()
+    kept = call.values or [None] * len(tensors)
     primary, primary_index = _primary_dtype(tensors)
     upcast = primary if packet(call.op) not in NO_UPCAST else None
     skip = SKIP_OPS.get(packet(call.op), "")
@@ -280,7 +295,7 @@ def build_case(model: str, call: Call) -> ModelCase:
             index = next(counter)
             if not value.contiguous:
                 layouts[index] = (value.shape, value.stride)
-            return _spec_for(value, call.ranges[index], upcast, wants_grad)
+            return _spec_for(value, call.ranges[index], kept[index], upcast, wants_grad)
         if isinstance(value, (list, tuple)):
             return type(value)(spec(v) for v in value)
         if isinstance(value, torch.dtype) and dtypes.name(value) == primary \
@@ -351,9 +366,16 @@ def run_model_case(device, case: ModelCase, seed: int = 0) -> list[OpOutcome]:
         return [OpOutcome(case.record_id("fwd"), status="skip", message=case.skip, info=info)]
     replay: Replay = case.entry.fn
     replay.fallbacks.clear()
+    outcomes = run_case(device, case.entry, case.dtype, case.sample, seed, case.directions)
+    cause = ""  # Note [Replay errors are the harness's]
+    if any(o.status in ("error", "unsupported") for o in outcomes):
+        cause = cpu_replay_error(case, seed)
     out = []
-    for outcome in run_case(device, case.entry, case.dtype, case.sample, seed, case.directions):
+    for outcome in outcomes:
         status, message = outcome.status, ""
+        if cause and status in ("error", "unsupported"):
+            out.append(harness_error(case, outcome, cause, dict(info)))
+            continue
         if status != "pass":
             message = (f"{outcome.message}\n"
                        f"(device {device.type}, dtype {case.dtype}, standard {outcome.standard}, "
@@ -369,5 +391,47 @@ def run_model_case(device, case: ModelCase, seed: int = 0) -> list[OpOutcome]:
     return out
 
 
+def cpu_replay_error(case: ModelCase, seed: int = 0) -> str:
+    """What the case's replay raises on the CPU outside the DUT scope, in the case's dtype
+    and then in the reference's; ``""`` when both run (Note [Replay errors are the
+    harness's]). The inputs are the runner's own: the same sample, seed and execution."""
+    from harness.ops.runner import _execute  # the catalog's execution, not a copy of it
+
+    dtype = DTYPES[case.dtype]
+    float_dtypes = (dtype, DTYPES[UPCAST[case.dtype]]) if dtype.is_floating_point else (None,)
+    backward = case.entry.backward and "bwd" in case.directions
+    for float_dtype in float_dtypes:
+        gen = torch.Generator().manual_seed(
+            case_seed(seed, case.entry.name, case.dtype, case.sample.name))
+        values = materialize(case.sample, case.dtype, gen)
+        try:
+            _execute(case.entry, values, case.sample, torch.device("cpu"), float_dtype,
+                     backward, None, gen)
+        except Exception as exc:  # noqa: BLE001 - any error of the replay is the answer
+            first = (str(exc).strip().splitlines() or [""])[0][:300]
+            return (f"on the CPU in {dtypes.name(float_dtype or dtype)}: "
+                    f"{type(exc).__name__}: {first}")
+    return ""
+
+
+def harness_error(case: ModelCase, outcome: OpOutcome, cause: str,
+                  info: dict[str, Any]) -> OpOutcome:
+    """The record of a replay the harness got wrong: ``error``, attributed to the harness
+    (``info["harness_error"]``), with the fix; the DUT's own error kept as detail (Note
+    [Replay errors are the harness's])."""
+    dut = (outcome.message.strip().splitlines() or [""])[0][:300]
+    message = (f"harness error, not the device's: the replay of {case.call.op} raises "
+               f"outside the DUT scope too ({cause}); the model's own step ran this call "
+               "without error, so the replay's inputs break the op's contract. "
+               "Fix the replay in harness/model/cases.py (Note [Replaying a captured call]: "
+               "keep the argument's captured values or draw it to the op's documented "
+               "contract) and report it with this record id.\n"
+               f"(the DUT's error: {dut}; {case.call.op}{case.call.signature[:300]}; "
+               f"{case.call.count} call(s) in {', '.join(case.call.phases)})")
+    return dataclasses.replace(outcome, id=case.record_id(outcome.direction), status="error",
+                               message=message, info={**info, "harness_error": cause},
+                               fallback=[])
+
+
 __all__ = ["CASE_DTYPE", "DEVICE", "SKIP_OPS", "ModelCase", "Replay", "build_case",
-           "build_cases", "run_model_case"]
+           "build_cases", "cpu_replay_error", "harness_error", "run_model_case"]

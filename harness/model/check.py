@@ -64,15 +64,29 @@ class ModelReport:
         for r in bad[:limit]:
             first = r.message.splitlines()[0] if r.message else ""
             detail = r.message.splitlines()[1] if len(r.message.splitlines()) > 1 else ""
+            if r.info.get("harness_error"):  # its first line says whose error it is
+                detail = ""
             lines.append(f"  {r.status.upper():<11} {r.id}")
             if detail or first:
                 lines.append(f"              {detail or first}"[:160])
         if len(bad) > limit:
             lines.append(f"  ... and {len(bad) - limit} more (--json lists all)")
-        lines.append("verdict: " + ("GO: every captured call runs and matches the CPU "
-                                    "reference" if self.ok else
-                                    "NO-GO: see the failing cases and ops above"))
+        lines.append("verdict: " + self.verdict())
         return "\n".join(lines)
+
+    def verdict(self) -> str:
+        """GO, or NO-GO saying how many failing records are the harness's own replay
+        errors rather than the device's (Note [Replay errors are the harness's])."""
+        if self.ok:
+            return "GO: every captured call runs and matches the CPU reference"
+        harness = sum(1 for r in self.results if r.info.get("harness_error"))
+        if not harness:
+            return "NO-GO: see the failing cases and ops above"
+        device = sum(1 for r in self.results if r.status in ("fail", "error", "unsupported")
+                     and not r.info.get("harness_error"))
+        return (f"NO-GO: {harness} record(s) are harness errors, not the device's (the "
+                f"replay of a captured call; see above); {device} failing record(s) are the "
+                "device's")
 
     def to_json(self) -> dict:
         return {"capture": self.capture.to_json(), "inventory": self.inventory.to_json(),
