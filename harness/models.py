@@ -6,8 +6,12 @@
   proper (widths 64..512, blocks 2-2-2-2), ``resnet("small")`` a CPU-sized one.
 - :class:`TransformerBlock`: pre-LayerNorm attention + MLP block, with a classifier head.
 - :class:`DeepMLP`: a stack of identical blocks (for checkpointing measurements).
+- :class:`Recommender`: a click model on hashed integer ids (EmbeddingBag mean and sum
+  bags, offsets, per-sample weights, a padding mask, scatter_add, gather): the integer
+  arguments a model case must replay faithfully.
 
-Every model exposes ``blocks()``: the sub-modules a per-block gradient checkpoint wraps.
+SimpleCNN, CifarResNet, TinyTransformer and DeepMLP expose ``blocks()``: the sub-modules
+a per-block gradient checkpoint wraps.
 """
 
 from __future__ import annotations

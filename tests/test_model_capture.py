@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import torch
 from torch import nn
 
 import early
-from harness import faults
+from harness import faults, models
 from harness.device import Device
 from harness.model import capture as capture_mod
 from harness.model import cases as cases_mod
@@ -272,6 +273,140 @@ def test_fault_family_model_is_registered_with_a_model_run():
     for fault in registered:
         assert "--model" in fault.pytest_args
         assert all(c.startswith("suites/model/") for c in fault.checks)
+
+
+# ------------------------------------------------- faithful replay of integer arguments
+
+@pytest.fixture(scope="module")
+def recommender_capture():
+    return capture_mod.capture_step(spec.load_factory("harness.models:recommender"))
+
+
+def _bags(capture) -> dict[int, capture_mod.Call]:
+    """The forward ``_embedding_bag`` calls by mode (0 sum, 1 mean)."""
+    return {c.args[4]: c for c in capture.calls if c.op == "aten._embedding_bag.default"}
+
+
+def test_capture_keeps_the_values_of_integer_and_boolean_arguments(recommender_capture):
+    model, inputs = models.recommender()
+    item_ids, item_offsets = inputs[0], inputs[1]
+    mean = _bags(recommender_capture)[1]
+    weight, indices, offsets = mean.values[:3]
+    assert weight is None, "floating arguments are drawn afresh, not kept"
+    assert torch.equal(indices, item_ids % model.buckets)
+    assert torch.equal(offsets, item_offsets)
+    masked = next(c for c in recommender_capture.calls if c.op == "aten.masked_fill.Scalar")
+    assert masked.values[1].dtype == torch.bool and not bool(masked.values[1].all())
+    assert mean.digest == "88929773", "the values stay out of the signature and the digest"
+
+
+def test_kept_values_rebuild_a_non_contiguous_integer_argument():
+    for tensor in (torch.arange(12).reshape(3, 4).t(), torch.arange(40)[5:35:3],
+                   torch.arange(6).reshape(2, 3)[:, 1:].expand(4, 2, 2)):
+        span = capture_mod.kept_values(tensor)
+        assert span.dim() == 1
+        assert torch.equal(span.as_strided(tensor.shape, tensor.stride()), tensor)
+    assert capture_mod.kept_values(torch.randn(3)) is None
+    assert capture_mod.kept_values(torch.zeros(capture_mod.KEEP_VALUES_MAX + 1,
+                                               dtype=torch.bool)) is None
+
+
+def test_replay_passes_the_captured_offsets_to_the_op(recommender_capture):
+    for mode, call in _bags(recommender_capture).items():
+        case = cases_mod.build_case("recommender", call)
+        _, indices, offsets = case.sample.args[:3]
+        assert torch.equal(offsets, call.values[2]) and offsets[0] == 0
+        assert torch.equal(indices, call.values[1])
+        assert case.directions == ("fwd", "bwd")
+        if mode == 0:  # sum bags: per_sample_weights is a float (> 0), drawn afresh
+            assert case.sample.args[6] == cases_mod.T((9,), "positive", grad=False)
+
+
+def test_the_recommender_is_green_on_a_healthy_cpu(recommender_capture):
+    results = _results(recommender_capture)
+    bad = [(r.id, r.status, r.message[:300]) for r in results
+           if r.status not in ("pass", "skip")]
+    assert not bad
+    ops = {r.id.split("/")[2] for r in results}
+    assert {"aten._embedding_bag.default", "aten._embedding_bag_backward.default",
+            "aten.gather.default", "aten.scatter_add.default", "aten.masked_fill.Scalar",
+            "aten.embedding_dense_backward.default"} <= ops
+
+
+def test_the_recommender_is_red_under_a_fault_in_embedding_bag(recommender_capture):
+    mean, total = _bags(recommender_capture)[1], _bags(recommender_capture)[0]
+    faults.set_active(["model.embedding_bag_mean_as_sum"])
+    try:
+        broken = {r.id: r for r in _results(recommender_capture)}
+    finally:
+        faults.set_active([])
+    failing = sorted(i for i, r in broken.items() if r.status != "pass")
+    assert failing == [f"model/recommender/aten._embedding_bag.default/{mean.digest}/fwd"]
+    assert "not close" in broken[failing[0]].message
+    assert broken[f"model/recommender/aten._embedding_bag.default/{total.digest}/fwd"] \
+        .status == "pass", "sum bags are right under the fault"
+
+
+def _without_values(call: capture_mod.Call) -> capture_mod.Call:
+    """The call as a replay that forgot the captured values sees it (drawn from ranges)."""
+    return dataclasses.replace(call, values=[])
+
+
+def test_a_replay_error_the_cpu_reproduces_is_the_harness_not_the_device(
+        recommender_capture, monkeypatch):
+    from harness.model import check as check_mod
+
+    mean = _bags(recommender_capture)[1]
+    case = cases_mod.build_case("recommender", _without_values(mean))
+    outcomes = cases_mod.run_model_case(Device("cpu"), case)
+    assert [o.status for o in outcomes] == ["error", "error"]
+    for outcome in outcomes:
+        assert outcome.message.startswith("harness error, not the device's: the replay of "
+                                          "aten._embedding_bag.default raises outside the "
+                                          "DUT scope too (on the CPU in float32: ")
+        assert "offsets[0] has to be 0" in outcome.info["harness_error"]
+        assert "Fix the replay in harness/model/cases.py" in outcome.message
+    report = check_mod.ModelReport(recommender_capture,
+                                   inventory_mod.inventory(recommender_capture, "cpu"),
+                                   outcomes, 1, 0.0)
+    assert report.verdict() == ("NO-GO: 2 record(s) are harness errors, not the device's (the "
+                                "replay of a captured call; see above); 0 failing record(s) "
+                                "are the device's")
+    assert "harness error, not the device's" in report.text()
+
+
+def test_an_error_only_the_dut_raises_stays_the_devices():
+    cap = capture_mod.capture_step(spec.load_factory("harness.models:sinc_mlp"))
+    sinc = next(c for c in cases_mod.build_cases(cap) if c.call.op == "aten.sinc.default")
+    faults.set_active(["model.sinc_unsupported"])
+    try:
+        outcomes = cases_mod.run_model_case(Device("cpu"), sinc)
+    finally:
+        faults.set_active([])
+    assert {o.status for o in outcomes} == {"unsupported"}
+    assert not any("harness_error" in o.info for o in outcomes)
+    assert cases_mod.cpu_replay_error(sinc) == ""
+
+
+@pytest.mark.parametrize("fault, code, verdict", [
+    ((), 0, "verdict: GO: every captured call runs and matches the CPU reference"),
+    (("--inject-fault", "model.embedding_bag_mean_as_sum"), 1,
+     "verdict: NO-GO: see the failing cases and ops above"),
+])
+def test_the_model_command_on_the_recommender(fault, code, verdict, capsys):
+    from harness import cli
+
+    try:
+        assert cli.main(["model", "harness.models:recommender", "--device", "cpu",
+                         *fault]) == code
+    finally:
+        faults.set_active([])
+    out = capsys.readouterr().out
+    assert out.rstrip().splitlines()[-1] == verdict, out
+    failing = [line.split()[1] for line in out.splitlines()
+               if line.startswith(("  FAIL", "  ERROR"))]
+    assert failing == ([] if not fault else
+                       ["model/recommender/aten._embedding_bag.default/88929773/fwd"]), out
 
 
 # ---------------------------------------------------------- a user's model, the suite
