@@ -1,5 +1,5 @@
 """``python -m harness``: doctor | baseline list/show/diff | report | history | bench-eval |
-faults list/check | ops keywords | localize | model.
+faults list/check | ops keywords | ops nan | localize | model.
 
 Nothing heavy is imported at module level: ``doctor`` must run (and explain) even where
 ``import torch`` fails.
@@ -207,8 +207,22 @@ def _cmd_faults(args: argparse.Namespace) -> int:
 
 def _cmd_ops(args: argparse.Namespace) -> int:
     """``ops keywords``: the catalog's keyword coverage (harness.ops.keywords); exit 1 when a
-    documented keyword is neither exercised nor explained."""
+    documented keyword is neither exercised nor explained. ``ops nan``: the catalog's
+    NaN/Inf coverage (harness.ops.specials); exit 1 when a row is neither covered nor
+    explained."""
     import warnings
+
+    if args.action == "nan":
+        from harness.ops import specials
+
+        rows = specials.coverage()
+        if args.json:
+            print(json.dumps([{"row": r.row, "covered": r.covered, "detail": r.detail,
+                               "samples": list(r.samples), "missing": r.missing}
+                              for r in rows], indent=1))
+        else:
+            print(specials.table(rows))
+        return 1 if any(r.missing for r in rows) else 0
 
     from harness.ops import keywords
 
@@ -359,8 +373,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="Kill one run after this long. Default: 900")
     faults.set_defaults(func=_cmd_faults)
 
-    ops = sub.add_parser("ops", help="Op catalog tables: keyword coverage")
-    ops.add_argument("action", choices=("keywords",))
+    ops = sub.add_parser("ops", help="Op catalog tables: keyword coverage, NaN/Inf coverage")
+    ops.add_argument("action", choices=("keywords", "nan"),
+                     help="keywords: documented keywords exercised; nan: rows with "
+                          "special-value samples")
     ops.add_argument("--json", action="store_true", help="Machine-readable output")
     ops.set_defaults(func=_cmd_ops)
     _add_history(sub)

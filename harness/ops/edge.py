@@ -18,6 +18,30 @@ class of either
   not), behaving like the CPU is behaving correctly.
 
 Values are not compared (the op suites do that); only the non-finite pattern.
+
+Note [Special-value semantics]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+The hypothesis properties above cover a few ops by class only. The catalog rows whose
+behaviour on NaN, +-inf and signed zeros is documented (:data:`harness.ops.specials.SEMANTICS`,
+one table: row -> specials, documentation) get *special-value samples* as well: the row's
+own samples with the specials written over some input elements (the ``+specials=`` domain,
+Note [Special values in a domain] in :mod:`harness.ops.spec`), run by the catalog's one
+runner (:func:`harness.ops.runner.run_case`: the DUT in its scope, the up-cast and the
+low-precision CPU references outside it), forward and backward, and judged by
+:func:`judge_specials`:
+
+* the op policy's judgement (:func:`harness.ops.policy.judge` under the row's standard):
+  values, indices (the NaN's index for argmax, NaN-first order in a descending sort),
+  tolerances, all as for the row's ordinary samples; and
+* an exact rule for the specials: wherever the reference rounded to the DUT's dtype, or the
+  DUT, holds NaN, +inf or -inf, the DUT must hold exactly the reference's special (a NaN
+  turned into the clamp bound, an inf turned into the dtype's max, a NaN where the
+  reference is finite all fail whatever the standard's tolerance), and with ``zero`` among
+  the row's specials the forward's zeros must carry the reference's sign. As everywhere
+  (Note [CPU's own error] in :mod:`harness.compare`), a DUT that holds what the CPU in the
+  DUT's dtype holds at that position passes: where the dtype's own range decides (fp16
+  overflow), behaving like the CPU is behaving correctly. The sign of a zero gradient is
+  not judged (-0 and +0 gradients update a parameter alike).
 """
 
 from __future__ import annotations
@@ -30,7 +54,9 @@ import torch
 import torch.nn.functional as F  # noqa: N812 - torch's own convention
 
 from harness import dtypes
-from harness.compare import nonfinite_classes
+from harness.compare import Verdict, nonfinite_classes
+from harness.ops import policy
+from harness.ops.spec import FLOATS, OpEntry, Sample, T, numel, special_domain
 
 CLASS_NAMES = ("finite", "nan", "+inf", "-inf")
 
@@ -186,3 +212,141 @@ def check(op: EdgeOp, example: Example, device, dtype: torch.dtype) -> Agreement
                f"{lowp[first].item()!r} ({CLASS_NAMES[int(want_cpu[first])]})\n"
                f"Input: {example.describe()}")
     return Agreement(mismatched, dut.numel(), message)
+
+
+# ------------------------------------------------------------ special-value samples
+
+SPECIAL_CLASSES = ("ordinary", "nan", "+inf", "-inf", "+0", "-0")
+
+
+def _mark(spec, specials: tuple[str, ...]):
+    """``spec`` with every float tensor argument drawn from its domain plus ``specials``."""
+    if isinstance(spec, T):
+        return dataclasses.replace(spec, domain=special_domain(spec.domain, specials))
+    if isinstance(spec, (list, tuple)):
+        return type(spec)(_mark(s, specials) for s in spec)
+    return spec
+
+
+def _has_specials(spec) -> bool:
+    if isinstance(spec, T):
+        return "+specials=" in spec.domain
+    if isinstance(spec, (list, tuple)):
+        return any(_has_specials(s) for s in spec)
+    return False
+
+
+def special_samples(entry: OpEntry) -> tuple[Sample, ...]:
+    """The special-value samples of a catalog row (Note [Special-value semantics]).
+
+    Raises:
+        KeyError: the row has no entry in :data:`harness.ops.specials.SEMANTICS`.
+        ValueError: the entry names a sample the row lacks, or leaves no input special.
+    """
+    from harness.ops.specials import SEMANTICS
+
+    row = SEMANTICS[entry.name]
+    by_name = {s.name: s for s in entry.samples}
+    names = row.samples or tuple(
+        s.name for s in entry.samples if not s.slow and numel(s) > 0)[:1]
+    unknown = [n for n in names if n not in by_name]
+    if unknown:
+        raise ValueError(f"specials.SEMANTICS[{entry.name!r}] names samples {unknown}; the "
+                         f"row has {sorted(by_name)}")
+    out = []
+    for name in names:
+        sample = by_name[name]
+        args = tuple(_mark(spec, row.specials) if row.args is None or index in row.args
+                     else spec for index, spec in enumerate(sample.args))
+        out.append(Sample(f"specials_{name}", args, dict(sample.kwargs)))
+    out += list(row.extra)
+    for sample in out:
+        if not _has_specials(sample.args):
+            raise ValueError(f"special-value sample {entry.name}/{sample.name} writes no "
+                             f"special into any float tensor argument: check "
+                             f"specials.SEMANTICS[{entry.name!r}].args")
+    return tuple(out)
+
+
+def special_dtypes(entry: OpEntry) -> tuple[str, ...]:
+    """The row's float dtypes: NaN and Inf exist only there."""
+    return tuple(d for d in entry.dtypes if d in FLOATS)
+
+
+def special_classes(values: torch.Tensor, zeros: bool) -> torch.Tensor:
+    """Per element an index into :data:`SPECIAL_CLASSES` (zeros only when ``zeros``)."""
+    out = nonfinite_classes(values)
+    if zeros:
+        zero = values == 0
+        out[zero & ~torch.signbit(values)] = 4
+        out[zero & torch.signbit(values)] = 5
+    return out
+
+
+def exact_specials(dut: torch.Tensor, reference: torch.Tensor,
+                   lowp: Optional[torch.Tensor], *, zeros: bool) -> Verdict:
+    """The exact rule for special values (Note [Special-value semantics]).
+
+    ``special_mismatch``: positions where the DUT or the reference (rounded to the DUT's
+    dtype) holds NaN / +-inf (or, with ``zeros``, where both hold a zero) and the DUT's
+    special is not the reference's nor the low-precision CPU's. Non-float outputs pass
+    here (the op policy judges them exactly).
+    """
+    from harness.results import lower
+
+    dut = dut.detach().cpu()
+    rules = {"special_mismatch": lower(1.0, 0.0)}
+    if not dut.is_floating_point() or not reference.is_floating_point() \
+            or dut.shape != reference.shape or not dut.numel():
+        return Verdict(True, {"special_mismatch": 0.0}, rules)
+    ref = reference.detach().cpu().to(dut.dtype)
+    got, want = special_classes(dut, zeros), special_classes(ref, zeros)
+    nonfinite_got, nonfinite_want = (got >= 1) & (got <= 3), (want >= 1) & (want <= 3)
+    relevant = nonfinite_got | nonfinite_want
+    if zeros:  # the sign where both are zeros; a zero vs a tiny value is the policy's
+        relevant |= (got >= 4) & (want >= 4)
+    bad = relevant & (got != want)
+    low = None
+    if lowp is not None and lowp.shape == dut.shape and lowp.dtype == dut.dtype:
+        low = lowp.detach().cpu()
+        bad &= got != special_classes(low, zeros)
+    mismatched = int(bad.sum())
+    metrics = {"special_mismatch": float(mismatched),
+               "specials": float(int(nonfinite_want.sum()))}
+    if not mismatched:
+        return Verdict(True, metrics, rules)
+    first = tuple(int(i) for i in bad.nonzero()[0])
+    name = dtypes.name(dut.dtype)
+    message = (f"special values differ from the reference at {mismatched} of {dut.numel()} "
+               f"positions (Note [Special-value semantics] in harness/ops/edge.py)\n"
+               f"First at index {first}: DUT {dut[first].item()!r} "
+               f"({SPECIAL_CLASSES[int(got[first])]}), reference {ref[first].item()!r} in "
+               f"{name} ({SPECIAL_CLASSES[int(want[first])]})"
+               + (f", CPU in {name} {low[first].item()!r}" if low is not None else ""))
+    return Verdict(False, metrics, rules, message)
+
+
+def judge_specials(zeros: bool):
+    """A judge for :func:`harness.ops.runner.run_case`: the op policy's
+    (:func:`harness.ops.policy.judge`) and :func:`exact_specials`, both must pass."""
+
+    def judge(dut, reference, lowp, standard, scale=None):
+        verdict, used = policy.judge(dut, reference, lowp, standard, scale)
+        exact = exact_specials(dut, reference, lowp, zeros=zeros)
+        message = "\n".join(m for m in (verdict.message, exact.message) if m)
+        return Verdict(verdict.passed and exact.passed, {**verdict.metrics, **exact.metrics},
+                       {**verdict.rules, **exact.rules}, message), used
+
+    return judge
+
+
+def run_specials(device, entry: OpEntry, dtype: str, sample: Sample, seed: int = 0,
+                 directions: tuple[str, ...] = ("fwd", "bwd")):
+    """One special-value sample of a row through the catalog's runner, judged by
+    :func:`judge_specials` (the sign of zeros in the forward only, where the row asks)."""
+    from harness.ops.runner import run_case
+    from harness.ops.specials import SEMANTICS
+
+    zeros = "zero" in SEMANTICS[entry.name].specials
+    return run_case(device, entry, dtype, sample, seed, directions,
+                    judges={"fwd": judge_specials(zeros), "bwd": judge_specials(False)})

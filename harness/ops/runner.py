@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from typing import Any, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import torch
 
@@ -148,7 +148,8 @@ def _grad_labels(sample: Sample) -> list[str]:
 # ---------------------------------------------------------------------------- runner
 
 def run_case(device, entry: OpEntry, dtype: str, sample: Sample, seed: int = 0,
-             directions: tuple[str, ...] = DIRECTIONS) -> list[OpOutcome]:
+             directions: tuple[str, ...] = DIRECTIONS,
+             judges: Optional[Mapping[str, Callable]] = None) -> list[OpOutcome]:
     """Run one case (op x dtype x sample) and judge it; never raises for op failures.
 
     Args:
@@ -158,6 +159,9 @@ def run_case(device, entry: OpEntry, dtype: str, sample: Sample, seed: int = 0,
         seed: the global seed; inputs are drawn from ``case_seed(seed, op, dtype, sample)``.
         directions: which of ``fwd``/``bwd`` to report (``bwd`` only where the entry and
             the dtype have a backward).
+        judges: per direction, a judge with :func:`harness.ops.policy.judge`'s signature
+            to use instead of it (the special-value samples add an exact rule for specials
+            to the policy's, :func:`harness.ops.edge.judge_specials`).
     Returns:
         One :class:`~harness.ops.outcome.OpOutcome` per reported direction; ``info`` holds
         ``aten_ops`` (Note [Aten ops of a record] in :mod:`harness.ops.policy`).
@@ -230,13 +234,14 @@ def run_case(device, entry: OpEntry, dtype: str, sample: Sample, seed: int = 0,
                                                    abs_grads, None)
         scale_outs = [t for _, t in scale_out_pairs]
 
+    judges = judges or {}
     if "fwd" in outcomes:
         _judge_all(outcomes["fwd"], [t for _, t in dut_outs], [t for _, t in ref_outs],
                    [t for _, t in low_outs] if low_outs is not None else None,
-                   [label for label, _ in dut_outs], scale_outs)
+                   [label for label, _ in dut_outs], scale_outs, judges.get("fwd"))
     if "bwd" in outcomes:
         _judge_all(outcomes["bwd"], dut_grads or [], ref_grads or [], low_grads,
-                   _grad_labels(sample), scale_grads)
+                   _grad_labels(sample), scale_grads, judges.get("bwd"))
     if seen.fallback:  # right numbers, but on the host CPU
         for outcome in outcomes.values():
             outcome.fallback = list(seen.fallback.ops)
@@ -257,7 +262,8 @@ def _absolute(value: Any) -> Any:
 
 
 def _judge_all(outcome: OpOutcome, duts: list, refs: list, lows: Optional[list],
-               labels: list[str], scales: Optional[list] = None) -> None:
+               labels: list[str], scales: Optional[list] = None,
+               judge: Optional[Callable] = None) -> None:
     """Judge each DUT tensor against its references under ``outcome.standard``."""
     if len(duts) != len(refs):
         outcome.status = "error"
@@ -275,5 +281,5 @@ def _judge_all(outcome: OpOutcome, duts: list, refs: list, lows: Optional[list],
             continue
         low = lows[index] if lows is not None and index < len(lows) else None
         scale = scales[index] if scales is not None and index < len(scales) else None
-        verdicts[label], _ = policy.judge(dut, ref, low, outcome.standard, scale)
+        verdicts[label], _ = (judge or policy.judge)(dut, ref, low, outcome.standard, scale)
     outcome.apply_verdicts(verdicts)

@@ -247,6 +247,57 @@ def _nonfinite(shape: Sequence[int], gen: torch.Generator) -> torch.Tensor:
     x[pick == 2] = float("-inf")
     return x
 
+# Note [Special values in a domain]: ``"<base>+specials=nan,inf,-inf,zero"`` is the domain
+# <base> with IEEE special values written over some elements (harness.ops.edge uses it to
+# derive the special-value samples of a catalog row, Note [Special-value semantics] there).
+# Rows of the last dim take turns: a clean row, one row per special (one element each), a
+# row holding every special; a 0-d or 1-d tensor is that last kind of row. ``zero`` writes
+# -0.0 and +0.0. Positions come from the case's generator, so they depend only on the id.
+SPECIAL_VALUES: dict[str, tuple[float, ...]] = {
+    "nan": (float("nan"),), "inf": (float("inf"),), "-inf": (float("-inf"),),
+    "zero": (-0.0, 0.0)}
+
+
+def special_domain(base: str, specials: Sequence[str]) -> str:
+    """The domain name of ``base`` with ``specials`` (keys of :data:`SPECIAL_VALUES`)."""
+    unknown = [s for s in specials if s not in SPECIAL_VALUES]
+    if base not in DOMAINS or unknown or not specials:
+        raise ValueError(f"special_domain({base!r}, {list(specials)!r}): the base must be one "
+                         f"of {sorted(DOMAINS)} and the specials a non-empty subset of "
+                         f"{list(SPECIAL_VALUES)}")
+    return f"{base}+specials={','.join(specials)}"
+
+
+def _split_domain(name: str) -> tuple[str, tuple[str, ...]]:
+    base, _, specials = name.partition("+specials=")
+    return base, tuple(s for s in specials.split(",") if s)
+
+
+def _with_specials(x: torch.Tensor, specials: Sequence[str], gen: torch.Generator) -> torch.Tensor:
+    """``x`` with special values written over some elements (Note above)."""
+    kinds = [v for s in specials for v in SPECIAL_VALUES[s]]
+    if not x.numel() or not kinds:
+        return x
+    x = x.clone()
+    rows = x.reshape(-1, x.shape[-1]) if x.dim() >= 2 else x.reshape(1, -1)
+    cycle = len(kinds) + 2
+    for r in range(rows.shape[0]):
+        turn = r % cycle if rows.shape[0] > 1 else cycle - 1
+        if turn == 0:
+            continue
+        wanted = kinds[turn - 1:turn] if turn <= len(kinds) else kinds
+        where = torch.randperm(rows.shape[1], generator=gen)[:len(wanted)]
+        for position, value in zip(where.tolist(), wanted):
+            rows[r, position] = value
+    return rows.reshape(x.shape)
+
+
+def domain_values(name: str, shape: Sequence[int], gen: torch.Generator) -> torch.Tensor:
+    """Values of domain ``name`` (a key of :data:`DOMAINS`, or one with specials)."""
+    base, specials = _split_domain(name)
+    return _with_specials(DOMAINS[base](shape, gen), specials, gen)
+
+
 INT_DOMAINS: dict[str, tuple[int, int]] = {
     "normal": (-8, 9), "positive": (1, 9), "nonzero": (1, 9), "distinct": (-8, 9),
     "unit": (-1, 2), "prob": (0, 2), "above1": (2, 9), "large": (-100, 101), "small": (-2, 3),
@@ -288,11 +339,11 @@ def _tensor_for(spec: T, dtype: torch.dtype, gen: torch.Generator) -> torch.Tens
             raise ValueError(f"noncontig needs >= 2 dims, got {shape}")
         shape = (*shape[:-2], shape[-1], shape[-2])
     if dtype.is_floating_point:
-        base = DOMAINS[spec.domain](shape, gen).to(dtype)
+        base = domain_values(spec.domain, shape, gen).to(dtype)
     elif dtype == torch.bool:
         base = torch.rand(tuple(shape), generator=gen) < 0.5
     else:
-        low, high = INT_DOMAINS[spec.domain]
+        low, high = INT_DOMAINS[_split_domain(spec.domain)[0]]
         if spec.domain == "distinct":
             n = 1
             for size in shape:

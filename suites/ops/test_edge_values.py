@@ -5,7 +5,16 @@ Each (op, dtype) runs one hypothesis property (profile ``ci`` by default: derand
 or ``--hypothesis-profile nightly``). The property: the DUT's output is NaN / +inf /
 -inf / finite exactly where the reference allows (Note [Edge-value agreement] in
 harness/ops/edge.py). One record per (op, dtype): examples run and examples that mismatched.
+
+``test_special_values[<row>-<dtype>]``: every catalog row whose NaN/Inf behaviour is
+documented (harness/ops/specials.py, ``python -m harness ops nan``) on its special-value
+samples, forward and backward, judged by the op policy plus the exact rule for specials
+(Note [Special-value semantics] in harness/ops/edge.py). Records
+``ops/<row>/<dtype>/<fwd|bwd>/specials_<sample>``; ``--op-filter`` selects them by case id
+(``clamp-float32-fwd-specials_typical``).
 """
+
+import re
 
 import pytest
 import torch
@@ -13,6 +22,9 @@ from hypothesis import given
 
 from harness import dtypes as dt
 from harness.ops import edge
+from harness.ops.catalog import BY_NAME
+from harness.ops.runner import case_id, filter_regex
+from harness.ops.specials import SEMANTICS
 from harness.results import lower
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -42,3 +54,44 @@ def test_edge_values_agree_with_reference(op, dtype, device, results):
                       f"{seen['first']}",
                       metrics={"examples": seen["examples"], "mismatches": seen["mismatches"]},
                       rules={"mismatches": lower(rel=1.0, abs=0)})
+
+
+def _special_params(config):
+    op_filter = config.getoption("op_filter", None)
+    regex = re.compile(op_filter) if op_filter else None
+    params = []
+    for name in SEMANTICS:
+        entry = BY_NAME[name]
+        for dtype in edge.special_dtypes(entry):
+            cases = [case_id(name, dtype, d, s.name) for s in edge.special_samples(entry)
+                     for d in ("fwd", "bwd")]
+            if regex is None or any(regex.search(c) for c in cases):
+                params.append(pytest.param(entry, dtype, id=f"{name}-{dtype}"))
+    return params
+
+
+def pytest_generate_tests(metafunc):
+    if metafunc.function.__name__ == "test_special_values":
+        metafunc.parametrize(("entry", "dtype"), _special_params(metafunc.config))
+
+
+def test_special_values(entry, dtype, device, results, settings):
+    """NaN, +-inf and signed zeros where the row's documentation says what they do."""
+    regex = re.compile(settings.op_filter) if settings.op_filter else None
+    ran = 0
+    for sample in edge.special_samples(entry):
+        directions = tuple(d for d in ("fwd", "bwd") if regex is None
+                           or regex.search(case_id(entry.name, dtype, d, sample.name)))
+        if not directions:
+            continue
+        for outcome in edge.run_specials(device, entry, dtype, sample, settings.seed,
+                                         directions):
+            ran += 1
+            case = case_id(entry.name, dtype, outcome.direction, sample.name)
+            outcome.record(results, f"{outcome.message}\n(device {device.type}, dtype {dtype}, "
+                                    f"standard {outcome.standard}; documented: "
+                                    f"{SEMANTICS[entry.name].doc})",
+                           reproduce_args=f"--op-filter '{filter_regex(case)}'")
+    if not ran:
+        pytest.skip(f"no {entry.name} special-value case matches --op-filter "
+                    f"{settings.op_filter!r}")

@@ -179,3 +179,44 @@ LEAKY_RELU_DEFAULT_SLOPE = perturb_op(
 )
 
 FAULTS += [BN_IGNORES_EPS, LEAKY_RELU_DEFAULT_SLOPE]
+
+
+# ---- NaN semantics (harness.ops.specials): only the special-value samples hold a NaN, so
+# only suites/ops/test_edge_values.py::test_special_values sees these (Note [Special-value
+# semantics] in harness.ops.edge); what an NPU's saturation mode does to NaN
+
+SPECIALS = "suites/ops/test_edge_values.py::test_special_values"
+
+
+def _clamp_nan_to_bound(out, args, kwargs):
+    x = args[0]
+    low = args[1] if len(args) > 1 else kwargs.get("min")
+    high = args[2] if len(args) > 2 else kwargs.get("max")
+    bound = high if high is not None else low
+    return torch.where(torch.isnan(x), torch.as_tensor(bound, dtype=out.dtype), out)
+
+
+CLAMP_NAN_TO_BOUND = perturb_op(
+    "ops.clamp_nan_to_bound", family="ops",
+    description="aten.clamp turns NaN into its upper bound (a saturating kernel; torch keeps "
+                "the NaN); every number is right",
+    op="aten.clamp", transform=_clamp_nan_to_bound,
+    checks=(f"{SPECIALS}[clamp-float32]",),
+)
+
+
+def _argmax_skips_nan(out, args, kwargs):
+    x = args[0]
+    return torch.argmax(torch.where(torch.isnan(x), torch.full_like(x, -float("inf")), x),
+                        *args[1:], **kwargs)
+
+
+ARGMAX_SKIPS_NAN = perturb_op(
+    "ops.argmax_skips_nan", family="ops",
+    description="aten.argmax skips NaN (returns the largest number's index; torch returns "
+                "the NaN's); inputs without NaN are right",
+    op="aten.argmax", transform=_argmax_skips_nan,
+    checks=(f"{SPECIALS}[argmax-float32]",),
+)
+
+FAULTS += [CLAMP_NAN_TO_BOUND, ARGMAX_SKIPS_NAN]
