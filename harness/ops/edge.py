@@ -273,6 +273,15 @@ def special_dtypes(entry: OpEntry) -> tuple[str, ...]:
     return tuple(d for d in entry.dtypes if d in FLOATS)
 
 
+def special_directions(entry: OpEntry, directions: tuple[str, ...] = ("fwd", "bwd")
+                       ) -> tuple[str, ...]:
+    """``directions`` less ``bwd`` where the row's entry says ``forward_only``."""
+    from harness.ops.specials import SEMANTICS
+
+    only = SEMANTICS[entry.name].forward_only
+    return tuple(d for d in directions if d == "fwd" or not only)
+
+
 def special_classes(values: torch.Tensor, zeros: bool) -> torch.Tensor:
     """Per element an index into :data:`SPECIAL_CLASSES` (zeros only when ``zeros``)."""
     out = nonfinite_classes(values)
@@ -347,6 +356,8 @@ def run_specials(device, entry: OpEntry, dtype: str, sample: Sample, seed: int =
     from harness.ops.runner import run_case
     from harness.ops.specials import SEMANTICS
 
-    zeros = "zero" in SEMANTICS[entry.name].specials
+    row = SEMANTICS[entry.name]
+    zeros = "zero" in row.specials
+    directions = special_directions(entry, directions)
     return run_case(device, entry, dtype, sample, seed, directions,
                     judges={"fwd": judge_specials(zeros), "bwd": judge_specials(False)})

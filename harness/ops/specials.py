@@ -39,6 +39,7 @@ class Semantics:
             sample with elements).
         args: positional arguments that get specials (default: every float tensor).
         extra: samples of its own, already holding specials (addmm's ``beta=0``).
+        forward_only: why the gradients are not judged on these samples ("" : they are).
     """
 
     specials: tuple[str, ...]
@@ -46,6 +47,7 @@ class Semantics:
     samples: tuple[str, ...] = ()
     args: Optional[tuple[int, ...]] = None
     extra: tuple[Sample, ...] = ()
+    forward_only: str = ""
 
 
 def _rows(names: Iterable[str], specials: tuple[str, ...], doc: str, **kw) -> dict:
@@ -115,6 +117,11 @@ POW = ("C99 pow special cases (torch.pow): pow(x, +-0) = 1 even for NaN x, pow(1
 HYPOT = "C99 hypot: hypot(+-inf, y) = +inf even when y is NaN"
 ATAN2 = "C99 atan2: atan2(+-0, -0) = +-pi, atan2(+-inf, +inf) = +-pi/4, NaN propagates"
 
+PRODUCT_GRAD = ("the gradient at a NaN is the kernel's choice, documented by nothing: torch's "
+                "formula is result / input (NaN) without zeros and the product of the others "
+                "(finite) with them, and under a dispatch mode (the DUT's aten-op recording, "
+                "torch 2.1-2.5) it takes the second path")
+
 _UNARY_ZERO = ("log", "log2", "log10", "log1p", "sqrt", "rsqrt", "reciprocal", "square", "sin",
                "tan", "asin", "atan", "sinh", "asinh", "tanh", "erf", "erfinv", "expm1",
                "abs", "neg", "sign", "floor", "ceil", "round", "trunc", "frac", "logit",
@@ -166,9 +173,11 @@ SEMANTICS: dict[str, Semantics] = {
     "isclose": Semantics(NAN_INF, ISCLOSE, samples=("typical", "tolerances")),
     # reductions, scans, selection
     **_rows(("sum", "mean", "var", "std", "var_unbiased0", "logsumexp"), NAN_INF, SUM),
+    "prod": Semantics(NAN_INF, IEEE, forward_only=PRODUCT_GRAD),
     **_rows(("norm", "norm_l1", "norm_inf"), NAN_INF, NORM),
     **_rows(("amax", "amin", "max_dim", "min_dim", "argmax", "argmin"), NAN_INF, REDUCE_MAX),
-    **_rows(("cumsum", "cumprod", "cummax", "logcumsumexp"), NAN_INF, SCAN),
+    **_rows(("cumsum", "cummax", "logcumsumexp"), NAN_INF, SCAN),
+    "cumprod": Semantics(NAN_INF, SCAN, forward_only=PRODUCT_GRAD),
     **_rows(("sort", "sort_descending_stable", "argsort", "msort", "topk", "kthvalue"), NAN_INF,
             SORT),
     "median": Semantics(NAN_INF, MEDIAN),
@@ -250,10 +259,6 @@ REASONS: dict[str, str] = {
         ("div_floor", "div"))},
     **{n: INTEGER_OUT for n in ("count_nonzero", "all", "any")},
     **{n: DISTANCE for n in ("cosine_similarity", "pairwise_distance", "cdist")},
-    "prod": ("the gradient at a NaN is the kernel's choice, documented by nothing: torch's "
-             "formula is result / input (NaN) without zeros in the row and the product of the "
-             "others (finite) with them, and under a dispatch mode (the DUT's aten-op "
-             "recording) it takes the second path today; the forward is sum-like IEEE"),
 }
 """Per catalog row not in :data:`SEMANTICS`: why it has no special-value samples."""
 
@@ -295,8 +300,9 @@ def coverage(catalog: Optional[Iterable[OpEntry]] = None) -> list[Coverage]:
         if entry.name in SEMANTICS:
             row = SEMANTICS[entry.name]
             samples = tuple(s.name for s in edge.special_samples(entry))
-            out.append(Coverage(entry.name, True, f"{','.join(row.specials)}: {row.doc}",
-                                samples))
+            only = f" (forward only: {row.forward_only})" if row.forward_only else ""
+            out.append(Coverage(entry.name, True,
+                                f"{','.join(row.specials)}: {row.doc}{only}", samples))
         else:
             why = automatic_reason(entry) or REASONS.get(entry.name, "")
             out.append(Coverage(entry.name, False, why))

@@ -64,7 +64,7 @@ def _special_params(config):
         entry = BY_NAME[name]
         for dtype in edge.special_dtypes(entry):
             cases = [case_id(name, dtype, d, s.name) for s in edge.special_samples(entry)
-                     for d in ("fwd", "bwd")]
+                     for d in edge.special_directions(entry)]
             if regex is None or any(regex.search(c) for c in cases):
                 params.append(pytest.param(entry, dtype, id=f"{name}-{dtype}"))
     return params
@@ -80,7 +80,7 @@ def test_special_values(entry, dtype, device, results, settings):
     regex = re.compile(settings.op_filter) if settings.op_filter else None
     ran = 0
     for sample in edge.special_samples(entry):
-        directions = tuple(d for d in ("fwd", "bwd") if regex is None
+        directions = tuple(d for d in edge.special_directions(entry) if regex is None
                            or regex.search(case_id(entry.name, dtype, d, sample.name)))
         if not directions:
             continue
