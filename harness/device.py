@@ -100,21 +100,12 @@ def _feature(key: tuple, probe_fn: Callable[[], Optional[str]]) -> Optional[str]
     return _FEATURES[key]
 
 
-MISSING_KERNEL = re.compile("|".join((
-    # a dtype without a kernel: '"softmax_lastdim_kernel_impl" not implemented for 'Half''
-    # (torch 2.1's CPU has no fp16 softmax, layer_norm, batch_norm, bernoulli...)
-    r"not implemented for '",
-    # autocast in a dtype the device's autocast does not know (torch 2.1's CPU: bf16 only)
-    r"Currently, Autocast\w* only supports? ",
-)))
-"""Exception texts that mean this stack has no kernel for the dtype, not a wrong answer:
-``unsupported``, never ``error`` (Note [Missing features of older stacks]). The plugin
-applies it to every check's exception, the op runner to the DUT's."""
-
-
 def missing_kernel(exc: BaseException) -> bool:
-    """Whether ``exc`` says the stack lacks a kernel or feature (see MISSING_KERNEL)."""
-    return isinstance(exc, Unsupported) or bool(MISSING_KERNEL.search(str(exc)))
+    """Whether ``exc`` says the stack lacks a kernel or feature: the one classifier's
+    ``unsupported`` (:mod:`harness.classify`), for every check's exception."""
+    from harness.classify import is_unsupported
+
+    return is_unsupported(exc)
 
 
 def torch_api(path: str):
