@@ -25,8 +25,9 @@ Note [Replaying a captured call]
   up-cast for the reference (and a ``dtype=`` argument equal to it follows them), others
   keep their captured dtype on both sides; :data:`NO_UPCAST` ops (AMP's fp32-only scale
   kernels) keep every dtype, so their reference is the CPU in the captured dtypes.
-* Strides: a non-contiguous input is drawn as its storage (1-D) and viewed with the
-  captured sizes and strides (``as_strided``), so the DUT kernel sees the same layout.
+* Strides: a non-contiguous input is drawn (an integer one: kept) as its storage span
+  (1-D) and viewed with the captured sizes and strides (``as_strided``), so the DUT kernel
+  sees the same layout.
 * Devices: a ``device=`` argument becomes the executing side's device; an op without
   tensor inputs gets a 0-element anchor tensor that says where it runs.
 * Mutation: in-place ops run on copies (the runner copies every input); the written
