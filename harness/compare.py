@@ -3,9 +3,25 @@
 :func:`compare_outputs` takes the DUT's output (in the DUT's dtype, on any device), the
 *reference* (the same computation on the CPU in a higher precision: fp16/bf16 -> fp32,
 fp32 -> fp64) and, optionally, the *low-precision reference* (CPU in the DUT's dtype). It
-measures the errors, applies one of the :data:`STANDARDS` and returns a :class:`Verdict`:
-pass/fail, the metrics, the baseline :class:`~harness.results.Rule` per metric, and an
-``assert_close``-style message.
+measures the errors, applies one of the :data:`STANDARDS` and the :data:`FLOOR`, and
+returns a :class:`Verdict`: pass/fail, the metrics, the baseline
+:class:`~harness.results.Rule` per metric, and an ``assert_close``-style message.
+
+Note [Standards as objects]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~
+Each kind of standard is one small class holding its limits, what it applies to, where
+its numbers come from, and its verdict: :class:`Exact` (bit-equality, also every integer
+and bool output), :class:`Absolute` (a per-element threshold), :class:`Ulp` (matrix
+products), :class:`Relative` (a ratio to the CPU's own error) and the :class:`Floor`
+every float output must also meet (NaN/Inf agreement, cosine, error balance), the way
+``torch.testing._comparison`` has one ``Pair`` per kind of input. A float output is
+measured once (:class:`Measured`: the DUT's and the CPU's error statistics, per element
+errors and magnitudes); the standard turns that into a per-element allowance and its
+failures, the floor adds its own. The tables that name standards by string
+(:data:`STANDARDS` here, ``OP_STANDARDS`` / ``GRAD_STANDARDS`` in
+:mod:`harness.ops.policy`, a catalog row's ``standard=``) are checked when they are
+built (:func:`check_table`, :func:`standard_by_name`): a misspelt name raises at import, naming
+the table, the op and the allowed names, instead of silently meaning ``relative``.
 
 Note [Precision standards]
 ~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -71,16 +87,45 @@ Note [Error balance]
 ~~~~~~~~~~~~~~~~~~~~
 Each element of a biased kernel can be within half an ULP while all errors have the same
 sign (round-toward-zero instead of round-to-nearest, a truncated accumulator): no
-per-element bar sees it, yet it shifts every sum downstream. msprobe's benchmark method
-has an "error balance" indicator for this (the mean *signed* relative error, judged as a
-ratio to the reference's). Here ``err_balance`` is ``|mean((dut - ref) / scale)|`` over
-normal values of fp16/bf16 outputs, and it fails when it exceeds 2x (msprobe's ratio)
-the larger of the CPU's own error balance in the same dtype and the noise floor
-``eps / sqrt(n)`` (the mean of n independent roundings of at most half an ULP is within a
-few ``eps / sqrt(12 n)`` of zero, so a floor of ``eps / sqrt(n)`` keeps unbiased kernels
-quiet while a bias of a quarter ULP is caught from about a hundred elements on). Without a
-low-precision reference there is nothing to compare with and the indicator is recorded
-only.
+per-element bar sees it, yet it shifts every sum downstream. Two indicators look for it in
+fp16/bf16 outputs, both judged only against a low-precision reference (without one there
+is nothing to compare with and they are recorded only):
+
+* ``err_balance`` (msprobe's benchmark method: the mean *signed* relative error, judged
+  as a ratio to the reference's) is ``|mean((dut - ref) / scale)|`` over normal values;
+  it fails above 2x (msprobe's ratio) the larger of the CPU's own and the noise floor
+  ``eps / sqrt(n)`` (the mean of n independent roundings of at most half an ULP is within
+  a few ``eps / sqrt(12 n)`` of zero). It sees a bias of one *sign* (every error
+  negative) in an elementwise op, but not a bias toward *zero*: rounding toward zero
+  makes positive results smaller and negative ones larger, and the signed mean cancels.
+  Nor does it see anything in a matrix product: measured against the condition
+  ``sum |a_i b_i|`` (Note [Condition of products and reductions]) a half-ULP bias of the
+  result is far below the floor ``eps / sqrt(n)``.
+* The **sign test** counts directions, not sizes, so neither cancellation nor the
+  condition hides a bias. For each normal element it notes whether the DUT's error points
+  toward zero (``|dut| < |ref|``) and whether it points down (``dut < ref``), and the
+  same for the CPU's kernel in the DUT's dtype on the same element. Pairing the two on
+  the same element (McNemar's test: only the elements where the DUT and the CPU round
+  differently count) removes everything the inputs decide: a correct kernel that only
+  sums in another order rounds differently from the CPU on a few elements, as often one
+  way as the other; a truncating kernel is more toward zero than the CPU on about half
+  of all elements and less on none. An exact binomial test
+  (``scipy.stats.binomtest``, p = 1/2) over the discordant elements gives the p-value
+  ``sign_test_p`` (the smaller of the two senses). The output fails when, in one sense,
+  (a) ``p < 1e-6`` (chance alone: about one false alarm in a million outputs),
+  (b) the excess ``(more - less) / n`` is at least 5% of the normal elements (so a huge
+  tensor does not fail over a bias too small to matter), and (c) the DUT's own share
+  (``toward_zero_share``, ``below_share``: of its non-zero errors, the share pointing
+  that way) is farther from 1/2 than the CPU's (``ref_toward_zero_share``...): a DUT
+  that is *less* biased than a biased CPU kernel passes. Rounding to nearest has every
+  share near 1/2; truncation has ``toward_zero_share`` 1. Small tensors cannot show a
+  bias (30 discordant elements are needed for p < 1e-6): the catalog's ``typical``
+  samples have hundreds.
+
+Both compare with the CPU's kernel in the same dtype, which on the CPU itself is the DUT:
+there they pass by construction, and what they catch is proved by faults
+(``ops.*_truncate_*`` in :mod:`harness.faults.catalog.ops`). The measurements behind the
+limits are in docs/standards.md.
 
 Note [Non-finite values]
 ~~~~~~~~~~~~~~~~~~~~~~~~
@@ -95,58 +140,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Optional
+from typing import Mapping, Optional
 
 import torch
 
 from harness import dtypes
 from harness.results import Rule, higher, lower
 
-__all__ = ["STANDARDS", "DTYPE_LIMITS", "Standard", "DtypeLimits", "Verdict",
-           "compare_outputs", "ulp"]
-
-
-@dataclasses.dataclass(frozen=True)
-class Standard:
-    """One precision standard: what it applies to, its limits, and where they come from."""
-
-    name: str
-    applies_to: str
-    limits: dict
-    source: str
-
-
-# The standards table (Note [Precision standards]); limits are data, read by the judges.
-STANDARDS: dict[str, Standard] = {
-    "exact": Standard(
-        "exact", "integer/bool/index outputs, layout and copy ops, argmax/topk indices",
-        {"mismatched": 0},
-        "bit-equality (msprobe: binary consistency method)"),
-    "absolute": Standard(
-        "absolute", "add, sub, mul, div, reciprocal, rsqrt, relu-like",
-        # relative error on normal values per dtype, see DTYPE_LIMITS.abs_rtol
-        {"mismatched": 0},
-        "msprobe API accuracy checker: absolute threshold method"),
-    "ulp": Standard(
-        "ulp", "matmul, mm, bmm, addmm, linear, baddbmm",
-        {"lowp_gt1_share": 0.001,      # fp16/bf16: share of elements > 1 ULP
-         "fp32_ulp_mean": 64.0,        # fp32: mean ULP error below this ...
-         "fp32_gt32_share": 0.05},     # ... or share of elements > 32 ULP below this
-        "msprobe API accuracy checker: ULP error method"),
-    "relative": Standard(
-        "relative", "everything else (conv, norms, softmax, losses, reductions, math)",
-        {"max_rel_err": 10.0, "mean_rel_err": 2.0, "rmse": 2.0, "small_abs_err": 2.0},
-        "msprobe API accuracy checker: benchmark method; Dynamo's RMSE-multiplier rule"),
-}
-
-BALANCE = {"ratio": 2.0}
-"""Error balance of fp16/bf16 outputs (Note [Error balance]): the DUT's mean signed
-relative error may be at most this multiple of the larger of the CPU's own and the noise
-floor ``eps / sqrt(n)`` (msprobe benchmark method: error balance, ratio 2)."""
-
-FLOOR = {"cosine": 0.99}
-"""Applies to every float output under every standard (msprobe's 'two thousandths' and
-cosine indicators, simplified): cosine similarity and NaN/Inf agreement."""
+__all__ = ["STANDARDS", "FLOOR", "DTYPE_LIMITS", "Standard", "Exact", "Absolute", "Ulp",
+           "Relative", "Floor", "Measured", "DtypeLimits", "Verdict", "check_table",
+           "compare_outputs", "standard_by_name", "ulp"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,6 +172,10 @@ DTYPE_LIMITS: dict[torch.dtype, DtypeLimits] = {
     torch.float64: DtypeLimits(2**-40, 1e-15, 1e-18, 1e-7, 1e-7, 52, -1022),
 }
 
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+"""Dtypes whose outputs are one rounding of a wider accumulator: the error balance
+(Note [Error balance]) is judged for these."""
+
 
 @dataclasses.dataclass
 class Verdict:
@@ -180,7 +187,9 @@ class Verdict:
             ``rmse``, ``cosine``, ``err_balance``, ``ulp_mean``, ``ulp_max``,
             ``ulp_gt1_share``, ``small_abs_err``, ``nan_inf_mismatch``, ``mismatched``,
             ``numel``; with a low-precision reference also ``ref_*`` versions and the
-            ``*_ratio`` the relative standard judges.
+            ``*_ratio`` the relative standard judges; for fp16/bf16 the sign test's
+            ``toward_zero_share``, ``below_share`` (and with a low-precision reference
+            their ``ref_*`` and ``sign_test_p``; Note [Error balance]).
         rules: baseline rules per metric, so a drift that still passes is caught.
         message: empty when passed; else what mismatched, the worst element, the
             standard and its limit.
@@ -274,6 +283,414 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return dtypes.name(dtype)
 
 
+# ---------------------------------------------------------------------- measurement
+
+@dataclasses.dataclass
+class Measured:
+    """One float output measured against its references, once, for every judge.
+
+    Tensors are float64 and 1-D over the positions where the DUT and the reference are
+    both finite (Note [Non-finite values]).
+
+    Attributes:
+        dtype, limits, eps: the DUT's dtype, its :class:`DtypeLimits`, its epsilon.
+        dut, ref: the DUT's and the reference's values.
+        low: the CPU's kernel in the DUT's dtype there (NaN where it is not finite), or
+            None without a low-precision reference.
+        mag: what relative quantities are measured against: ``|ref|``, or
+            ``max(|ref|, scale)`` for sums of products (Note [Condition of products and
+            reductions]).
+        err: ``|dut - ref|``.
+        small: ``mag < small_value`` (msprobe's small values).
+        m: the DUT's error statistics (:func:`_errors`).
+        ref_m: the CPU's own error statistics in the DUT's dtype, or None.
+        low_err: the CPU's own error per element (0 where it is not finite), or None.
+        rms_ref: the RMS of ``mag``.
+        conditioned: whether ``mag`` includes a condition ``scale``.
+        nan_inf: the count of NaN/Inf positions that disagree.
+        metrics: what the verdict reports; judges add their own.
+    """
+
+    dtype: torch.dtype
+    limits: DtypeLimits
+    eps: float
+    dut: torch.Tensor
+    ref: torch.Tensor
+    low: Optional[torch.Tensor]
+    mag: torch.Tensor
+    err: torch.Tensor
+    small: torch.Tensor
+    m: dict[str, float]
+    ref_m: Optional[dict[str, float]]
+    low_err: Optional[torch.Tensor]
+    rms_ref: float
+    conditioned: bool
+    nan_inf: int
+    metrics: dict[str, float]
+
+
+@dataclasses.dataclass
+class Judgement:
+    """What a standard makes of a :class:`Measured` output.
+
+    Attributes:
+        allowance: the largest error each element may have (a mismatch beyond it).
+        described: the standard's rule in words, for the message.
+        failures: the standard's own failed criteria, each a sentence.
+        mismatches_fail: whether one element beyond its allowance fails the output
+            (per-element standards); else the mismatch count is reported only.
+    """
+
+    allowance: torch.Tensor
+    described: str
+    failures: list[str]
+    mismatches_fail: bool
+
+
+# ------------------------------------------------------------------------ standards
+
+@dataclasses.dataclass(frozen=True)
+class Standard:
+    """One kind of precision standard: what it applies to, its limits, their source and
+    its verdict (Note [Standards as objects]). Subclasses implement :meth:`judge`."""
+
+    name: str
+    applies_to: str
+    limits: dict
+    source: str
+
+    wants_ulp = False
+    """Whether the ULP statistics are measured for it."""
+
+    def judge(self, out: Measured) -> Judgement:
+        """The per-element allowance and the failures of one float output."""
+        raise NotImplementedError(f"{type(self).__name__} judges no float output")
+
+    def rules(self, metrics: dict[str, float], out: Measured) -> dict[str, Rule]:
+        """Baseline rules: an error metric may not double (above a floor of one epsilon)."""
+        eps, fr = out.eps, out.mag
+        scale = max(_f(fr.abs().max()) if fr.numel() else 0.0, 1e-30)
+        rules = {"max_abs_err": lower(2.0, eps * scale),
+                 "max_rel_err": lower(2.0, eps),
+                 "mean_rel_err": lower(2.0, eps),
+                 "rmse": lower(2.0, eps * max(out.rms_ref, 1e-30)),
+                 "cosine": higher(1.0, 1e-3),
+                 "nan_inf_mismatch": lower(1.0, 0.0)}
+        return {k: v for k, v in rules.items() if k in metrics}
+
+
+@dataclasses.dataclass(frozen=True)
+class Exact(Standard):
+    """Bit-equality; every integer and bool output is judged by it whatever was asked."""
+
+    def verdict(self, dut: torch.Tensor, ref: torch.Tensor, asked: str) -> Verdict:
+        """``dut`` against ``ref`` element by element (NaN equals NaN)."""
+        numel = dut.numel()
+        if dut.is_floating_point() or ref.is_floating_point():
+            d, r = dut.double(), ref.double()
+            same = (d == r) | (torch.isnan(d) & torch.isnan(r))
+            nan_inf = int((nonfinite_classes(d) != nonfinite_classes(r)).sum()) if numel else 0
+        else:
+            d, r = dut.to(torch.int64), ref.to(torch.int64)
+            same = d == r
+            nan_inf = 0
+        bad = ~same.reshape(-1)
+        mismatched = int(bad.sum()) if numel else 0
+        metrics = {"mismatched": float(mismatched), "nan_inf_mismatch": float(nan_inf),
+                   "numel": float(numel)}
+        rules = {"mismatched": lower(1.0, 0.0), "nan_inf_mismatch": lower(1.0, 0.0)}
+        if not mismatched:
+            return Verdict(True, metrics, rules, "")
+        first = int(bad.nonzero()[0, 0])
+        where = _index(first, dut.shape)
+        msg = (f"Values are not equal under standard 'exact' ({_dtype_name(dut.dtype)})!\n"
+               f"Mismatched elements: {mismatched} / {numel} "
+               f"({100.0 * mismatched / numel:.3g}%)\n"
+               f"First mismatch at index {where}: dut {d.reshape(-1)[first].item()!r} vs "
+               f"reference {r.reshape(-1)[first].item()!r}\n"
+               f"Standard 'exact' allows no mismatched element (bit-equal; ties documented)")
+        if asked != self.name:
+            msg += f" (integer/bool outputs are always exact; {asked!r} was asked)"
+        return Verdict(False, metrics, rules, msg)
+
+
+@dataclasses.dataclass(frozen=True)
+class Absolute(Standard):
+    """msprobe's absolute threshold: each element within a relative error of its
+    dtype's ``abs_rtol`` (an absolute ``small_value_atol`` for small values), or no worse
+    than the CPU in the same dtype there (Note [CPU's own error])."""
+
+    def judge(self, out: Measured) -> Judgement:
+        limits = out.limits
+        allowance = torch.where(out.small, torch.full_like(out.mag, limits.small_value_atol),
+                                limits.abs_rtol * out.mag)
+        described = (f"relative error <= {_fmt(limits.abs_rtol)} where |reference| >= "
+                     f"{_fmt(limits.small_value)}, else absolute error <= "
+                     f"{_fmt(limits.small_value_atol)}")
+        if out.low_err is not None:  # Note [CPU's own error]
+            allowance = torch.maximum(allowance, out.low_err)
+            described += "; or no worse than the CPU in the same dtype"
+        return Judgement(allowance, described, [], mismatches_fail=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class Ulp(Standard):
+    """msprobe's ULP method for matrix products: fp16/bf16 by the share of elements above
+    one ULP, fp32 by the mean ULP error (or the share above 32 ULP); each also passes no
+    worse than the CPU's own (Note [CPU's own error]), and a conditioned output's RMSE is
+    judged against the CPU's too (Note [Condition of products and reductions])."""
+
+    wants_ulp = True
+
+    def judge(self, out: Measured) -> Judgement:
+        std, m, ref_m, dtype = self.limits, out.m, out.ref_m, out.dtype
+        failures: list[str] = []
+        low = dtype in LOW_PRECISION
+        allowance = ulp(out.mag, dtype) * (1.0 if low else 32.0)
+        if out.low_err is not None:  # Note [CPU's own error]
+            allowance = torch.maximum(allowance, out.low_err)
+        if low:
+            share = m["ulp_gt1_share"]
+            ref_share = ref_m["ulp_gt1_share"] if ref_m else None
+            ok = share <= std["lowp_gt1_share"] or (ref_share is not None and share <= ref_share)
+            described = (f"share of elements > 1 ULP <= {std['lowp_gt1_share']:g} or not above "
+                         "the CPU reference's share")
+            if not ok:
+                failures.append(f"ulp_gt1_share {_fmt(share)} > {std['lowp_gt1_share']:g}"
+                                + (f" and > the CPU reference's {_fmt(ref_share)}"
+                                   if ref_share is not None else ""))
+        else:
+            ok = m["ulp_mean"] < std["fp32_ulp_mean"] or m["ulp_gt32_share"] < std["fp32_gt32_share"]
+            cpu_ratio = std["cpu_ratio"]
+            if ref_m is not None:  # Note [CPU's own error]
+                ok = ok or m["ulp_mean"] <= cpu_ratio * max(ref_m["ulp_mean"], 1.0)
+            described = (f"mean ULP error < {std['fp32_ulp_mean']:g} or share of elements > 32 "
+                         f"ULP < {std['fp32_gt32_share']:g}"
+                         + (f", or mean ULP error not above {cpu_ratio:g}x the CPU's own in "
+                            "the same dtype" if ref_m is not None else "")
+                         + (" (ULPs of the condition sum |a_i b_i|)" if out.conditioned else ""))
+            if not ok:
+                failures.append(f"ulp_mean {_fmt(m['ulp_mean'])} >= {std['fp32_ulp_mean']:g} and "
+                                f"ulp_gt32_share {_fmt(m['ulp_gt32_share'])} >= "
+                                f"{std['fp32_gt32_share']:g}"
+                                + (f" (the CPU's own: ulp_mean {_fmt(ref_m['ulp_mean'])}, "
+                                   f"ulp_gt32_share {_fmt(ref_m['ulp_gt32_share'])})"
+                                   if ref_m is not None else ""))
+        if out.conditioned:  # Note [Condition of products and reductions]
+            ratio_limit = std["rmse_ratio"]
+            floor = out.eps * max(out.rms_ref, 1e-30)
+            ratio = m["rmse"] / max(ref_m["rmse"] if ref_m else 0.0, floor)
+            out.metrics["rmse_ratio"] = ratio
+            described += (f"; and RMSE <= {ratio_limit:g}x max(the CPU's own, eps x RMS of the "
+                          "condition)")
+            if ratio > ratio_limit:
+                failures.append(f"rmse {_fmt(m['rmse'])} is {ratio:.3g}x max(the CPU's own "
+                                f"{_fmt(ref_m['rmse']) if ref_m else 'n/a'}, floor "
+                                f"{_fmt(floor)}) (limit {ratio_limit:g}x)")
+        return Judgement(allowance, described, failures, mismatches_fail=False)
+
+    def rules(self, metrics: dict[str, float], out: Measured) -> dict[str, Rule]:
+        rules = super().rules(metrics, out)
+        if "ulp_mean" in metrics:
+            rules["ulp_mean"] = lower(2.0, 1.0)
+        return rules
+
+
+@dataclasses.dataclass(frozen=True)
+class Relative(Standard):
+    """msprobe's benchmark method: each error statistic of the DUT at most a multiple of
+    the CPU's own in the same dtype (with the floors of Note [Reference error floor]);
+    without a low-precision reference, ``torch.testing.assert_close``'s defaults."""
+
+    def judge(self, out: Measured) -> Judgement:
+        limits, m, ref_m, eps = out.limits, out.m, out.ref_m, out.eps
+        if ref_m is None:  # assert_close's defaults
+            allowance = limits.atol + limits.rtol * out.mag
+            described = (f"no low-precision reference: |dut - ref| <= atol + rtol * |ref| "
+                         f"(assert_close defaults rtol {limits.rtol:g}, atol {limits.atol:g})")
+            return Judgement(allowance, described, [], mismatches_fail=True)
+        std = self.limits
+        failures: list[str] = []
+        floors = {"max_rel_err": eps, "mean_rel_err": eps,
+                  "rmse": eps * max(out.rms_ref, 1e-30), "small_abs_err": limits.small_value_atol}
+        for key, limit in std.items():
+            ratio = m[key] / max(ref_m[key], floors[key])
+            out.metrics[f"{key}_ratio"] = ratio
+            if ratio > limit:
+                failures.append(f"{key} {_fmt(m[key])} is {ratio:.3g}x the reference error "
+                                f"{_fmt(ref_m[key])} (floor {_fmt(floors[key])}; limit {limit:g}x)")
+        max_rel_allowed = std["max_rel_err"] * max(ref_m["max_rel_err"], eps)
+        small_allowed = std["small_abs_err"] * max(ref_m["small_abs_err"], limits.small_value_atol)
+        allowance = torch.where(out.small, torch.full_like(out.mag, small_allowed),
+                                max_rel_allowed * out.mag)
+        described = ("DUT error / CPU reference error (same dtype): "
+                     + ", ".join(f"{k} <= {v:g}x" for k, v in std.items()))
+        return Judgement(allowance, described, failures, mismatches_fail=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class Floor:
+    """What every float output must meet under every standard: NaN/Inf agreement (Note
+    [Non-finite values]), a cosine similarity (msprobe's cosine indicator, simplified) and
+    an unbiased error (Note [Error balance])."""
+
+    limits: dict
+    source: str
+
+    def judge(self, out: Measured) -> list[str]:
+        """The floor's failures for one float output; adds its metrics to ``out.metrics``."""
+        limits, m, ref_m = out.limits, out.m, out.ref_m
+        failures: list[str] = []
+        if out.nan_inf:
+            failures.append(f"{out.nan_inf} NaN/Inf position(s) differ from the reference's")
+        if out.dtype in LOW_PRECISION:
+            failures += self._balance(out)
+            failures += self._sign_test(out)
+        cosine = m["cosine"]
+        cpu_cosine = ref_m["cosine"] if ref_m is not None else None
+        if (cosine < self.limits["cosine"] and m["max_abs_err"] > limits.atol
+                and (cpu_cosine is None or cosine < cpu_cosine - 1e-3)):  # Note [CPU's own error]
+            failures.append(f"cosine {_fmt(cosine)} < floor {self.limits['cosine']:g}"
+                            + (f" and below the CPU's own {_fmt(cpu_cosine)}"
+                               if cpu_cosine is not None else ""))
+        return failures
+
+    def _balance(self, out: Measured) -> list[str]:
+        """``err_balance`` against the CPU's own (Note [Error balance])."""
+        m, ref_m = out.m, out.ref_m
+        if ref_m is None:
+            return []
+        ratio_limit = self.limits["balance_ratio"]
+        normal_count = int((~out.small).sum())
+        noise = out.eps / math.sqrt(max(normal_count, 1))
+        limit = ratio_limit * max(ref_m["err_balance"], noise)
+        out.metrics["err_balance_ratio"] = m["err_balance"] / max(ref_m["err_balance"], noise)
+        if normal_count and m["err_balance"] > limit:
+            return [f"err_balance {_fmt(m['err_balance'])} (mean signed relative error) "
+                    f"> {ratio_limit:g}x max(the CPU's own {_fmt(ref_m['err_balance'])}, noise "
+                    f"floor eps/sqrt(n) {_fmt(noise)}): the errors are biased to one side"]
+        return []
+
+    def _sign_test(self, out: Measured) -> list[str]:
+        """The paired sign test of the error directions (Note [Error balance])."""
+        normal = ~out.small
+        ref = out.ref[normal]
+        senses = {"toward_zero": lambda x: torch.sign(ref.abs() - x.abs()),
+                  "below": lambda x: torch.sign(ref - x)}
+        dut_dirs = {sense: way(out.dut[normal]) for sense, way in senses.items()}
+        for sense, dirs in dut_dirs.items():
+            out.metrics[f"{sense}_share"] = _share(dirs)
+        if out.low is None:
+            return []
+        low = out.low[normal]
+        keep = torch.isfinite(low)
+        n = int(keep.sum())
+        alpha, min_excess = self.limits["sign_test_p"], self.limits["sign_min_excess"]
+        failures, p_min = [], 1.0
+        for sense, way in senses.items():
+            dut, cpu = dut_dirs[sense][keep], way(low)[keep]
+            out.metrics[f"ref_{sense}_share"] = _share(cpu)
+            more, less = int((dut > cpu).sum()), int((dut < cpu).sum())
+            p = _binomial_p(more, less)
+            p_min = min(p_min, p)
+            excess = (more - less) / max(n, 1)
+            share, ref_share = out.metrics[f"{sense}_share"], out.metrics[f"ref_{sense}_share"]
+            if p < alpha and abs(excess) >= min_excess and abs(share - 0.5) > abs(ref_share - 0.5):
+                words = sense.replace("_", " ")
+                failures.append(
+                    f"sign test: the errors point {words} on {_fmt(share)} of the elements "
+                    f"(the CPU's own: {_fmt(ref_share)}); {more} element(s) more {words} than the "
+                    f"CPU's kernel, {less} less (excess {_fmt(excess)} of {n} >= "
+                    f"{min_excess:g}; binomial p {p:.3g} < {alpha:g}): a biased rounding")
+        out.metrics["sign_test_p"] = p_min
+        return failures
+
+
+def _share(directions: torch.Tensor) -> float:
+    """Of the non-zero directions, the share that is +1 (0.5 when there are none)."""
+    nonzero = int((directions != 0).sum())
+    return int((directions > 0).sum()) / nonzero if nonzero else 0.5
+
+
+def _binomial_p(more: int, less: int) -> float:
+    """Two-sided exact binomial p-value of ``more`` against ``less`` at p = 1/2."""
+    if more == less:
+        return 1.0
+    from scipy.stats import binomtest  # scipy is heavy; only a discordant output needs it
+
+    return float(binomtest(more, more + less, 0.5).pvalue)
+
+
+# The standards table (Note [Precision standards]); limits are data, read by the judges.
+STANDARDS: dict[str, Standard] = {
+    "exact": Exact(
+        "exact", "integer/bool/index outputs, layout and copy ops, argmax/topk indices",
+        {"mismatched": 0},
+        "bit-equality (msprobe: binary consistency method)"),
+    "absolute": Absolute(
+        "absolute", "add, sub, mul, div, reciprocal, rsqrt, relu-like",
+        # relative error on normal values per dtype, see DTYPE_LIMITS.abs_rtol
+        {"mismatched": 0},
+        "msprobe API accuracy checker: absolute threshold method"),
+    "ulp": Ulp(
+        "ulp", "matmul, mm, bmm, addmm, linear, baddbmm",
+        {"lowp_gt1_share": 0.001,      # fp16/bf16: share of elements > 1 ULP
+         "fp32_ulp_mean": 64.0,        # fp32: mean ULP error below this ...
+         "fp32_gt32_share": 0.05,      # ... or share of elements > 32 ULP below this
+         "cpu_ratio": 2.0,             # ... or mean ULP error <= 2x the CPU's own
+         "rmse_ratio": 2.0},           # conditioned outputs: RMSE <= 2x the CPU's own
+        "msprobe API accuracy checker: ULP error method (the 2x ratios: its benchmark "
+        "method)"),
+    "relative": Relative(
+        "relative", "everything else (conv, norms, softmax, losses, reductions, math)",
+        {"max_rel_err": 10.0, "mean_rel_err": 2.0, "rmse": 2.0, "small_abs_err": 2.0},
+        "msprobe API accuracy checker: benchmark method; Dynamo's RMSE-multiplier rule"),
+}
+
+FLOOR = Floor(
+    {"cosine": 0.99,            # cosine similarity with the reference at least this
+     "balance_ratio": 2.0,      # err_balance <= 2x max(the CPU's own, eps / sqrt(n))
+     "sign_test_p": 1e-6,       # sign test: fail below this p-value ...
+     "sign_min_excess": 0.05},  # ... with at least this share of elements in excess
+    "msprobe API accuracy checker: cosine and error-balance indicators (simplified); the "
+    "sign test: Note [Error balance]")
+"""Applies to every float output under every standard (Note [Error balance])."""
+
+
+def standard_by_name(name: str, *, where: str = "") -> Standard:
+    """The :class:`Standard` called ``name``; a ValueError naming ``where`` it was asked
+    for and the allowed names when there is none."""
+    found = STANDARDS.get(name) if isinstance(name, str) else None
+    if found is None:
+        raise ValueError(f"{where + ': ' if where else ''}unknown precision standard {name!r}; "
+                         f"choose from {', '.join(STANDARDS)} (harness.compare.STANDARDS)")
+    return found
+
+
+def check_table(table: str, entries: Mapping[str, str]) -> None:
+    """Check a table of op name -> standard name (``OP_STANDARDS``...) when it is built.
+
+    Raises:
+        ValueError: naming the table, the op and the allowed names, for a value that is no
+            standard or a key that is not a plain op name (empty, padded, with a space).
+    """
+    for op, name in entries.items():
+        if not isinstance(op, str) or not op or op != op.strip() or " " in op:
+            raise ValueError(f"{table}: key {op!r} is not an op name (a catalog, OpInfo or "
+                             "aten name such as 'mm' or 'nn.functional.relu')")
+        standard_by_name(name, where=f"{table}[{op!r}]")
+
+
+def _check_standards() -> None:
+    for key, value in STANDARDS.items():
+        if not isinstance(value, Standard) or value.name != key:
+            raise ValueError(f"STANDARDS[{key!r}] must be a Standard named {key!r}, "
+                             f"not {value!r}")
+
+
+_check_standards()
+
+
 # -------------------------------------------------------------------------- verdict
 
 def compare_outputs(dut: torch.Tensor, reference: torch.Tensor,
@@ -287,16 +704,14 @@ def compare_outputs(dut: torch.Tensor, reference: torch.Tensor,
             fp32 -> fp64).
         reference_lowp: the CPU computation in the DUT's dtype, or None. Its error against
             ``reference`` is the reference error the ``relative`` standard (and the
-            fp16/bf16 ULP standard) compares against; without it the relative standard
-            falls back to ``torch.testing.assert_close``'s defaults.
+            fp16/bf16 ULP standard, and the error balance) compares against; without it
+            the relative standard falls back to ``torch.testing.assert_close``'s defaults.
         standard: a key of :data:`STANDARDS`. Integer and bool outputs are always exact.
         scale: for sums of products, the op on the absolute values of its inputs in the
             up-cast dtype (Note [Condition of products and reductions]); relative errors
             are measured against ``max(|reference|, scale)``. None: against ``|reference|``.
     """
-    if standard not in STANDARDS:
-        raise ValueError(f"unknown precision standard {standard!r}; choose from "
-                         f"{', '.join(STANDARDS)}")
+    judge = standard_by_name(standard)
     dut = dut.detach().cpu()
     ref = reference.detach().cpu()
     lowp = reference_lowp.detach().cpu() if reference_lowp is not None else None
@@ -308,8 +723,8 @@ def compare_outputs(dut: torch.Tensor, reference: torch.Tensor,
                        {"shape_mismatch": lower(1.0, 0.0)},
                        f"shape mismatch: dut {tuple(dut.shape)} vs reference "
                        f"{tuple(ref.shape)} (standard {standard!r})")
-    if not dut.is_floating_point() or standard == "exact" or dut.dtype not in DTYPE_LIMITS:
-        return _exact(dut, ref, standard)
+    if not dut.is_floating_point() or isinstance(judge, Exact) or dut.dtype not in DTYPE_LIMITS:
+        return STANDARDS["exact"].verdict(dut, ref, standard)
     mag = None
     if scale is not None:
         scale = scale.detach().cpu()
@@ -317,55 +732,42 @@ def compare_outputs(dut: torch.Tensor, reference: torch.Tensor,
             raise ValueError(f"scale has shape {tuple(scale.shape)}, the reference "
                              f"{tuple(ref.shape)}; pass the op evaluated on |inputs|")
         mag = scale.double().abs()
-    return _float(dut, ref, lowp, standard, mag)
+    out, d, r, finite, nonfinite_bad = _measure(dut, ref, lowp, judge.wants_ulp, mag)
+    judgement = judge.judge(out)
+    bad_finite = out.err > judgement.allowance
+    bad_count = int(bad_finite.sum())
+    mismatched = bad_count + out.nan_inf
+    out.metrics["mismatched"] = float(mismatched)
+    failures = list(judgement.failures)
+    if judgement.mismatches_fail and bad_count:
+        failures.append(f"{bad_count} element(s) outside {judgement.described}")
+    failures += FLOOR.judge(out)
+    rules = judge.rules(out.metrics, out)
+    if not failures:
+        return Verdict(True, out.metrics, rules, "")
+    return Verdict(False, out.metrics, rules,
+                   _message(dut, d, r, finite, nonfinite_bad, out.err, judgement.allowance,
+                            out.mag, standard, judgement.described, failures, mismatched,
+                            dut.numel()))
 
 
-def _exact(dut: torch.Tensor, ref: torch.Tensor, standard: str) -> Verdict:
-    numel = dut.numel()
-    if dut.is_floating_point() or ref.is_floating_point():
-        d, r = dut.double(), ref.double()
-        same = (d == r) | (torch.isnan(d) & torch.isnan(r))
-        nan_inf = int((nonfinite_classes(d) != nonfinite_classes(r)).sum()) if numel else 0
-    else:
-        d, r = dut.to(torch.int64), ref.to(torch.int64)
-        same = d == r
-        nan_inf = 0
-    bad = ~same.reshape(-1)
-    mismatched = int(bad.sum()) if numel else 0
-    metrics = {"mismatched": float(mismatched), "nan_inf_mismatch": float(nan_inf),
-               "numel": float(numel)}
-    rules = {"mismatched": lower(1.0, 0.0), "nan_inf_mismatch": lower(1.0, 0.0)}
-    if not mismatched:
-        return Verdict(True, metrics, rules, "")
-    first = int(bad.nonzero()[0, 0])
-    where = _index(first, dut.shape)
-    msg = (f"Values are not equal under standard 'exact' ({_dtype_name(dut.dtype)})!\n"
-           f"Mismatched elements: {mismatched} / {numel} ({100.0 * mismatched / numel:.3g}%)\n"
-           f"First mismatch at index {where}: dut {d.reshape(-1)[first].item()!r} vs "
-           f"reference {r.reshape(-1)[first].item()!r}\n"
-           f"Standard 'exact' allows no mismatched element (bit-equal; ties documented)")
-    if standard != "exact":
-        msg += f" (integer/bool outputs are always exact; {standard!r} was asked)"
-    return Verdict(False, metrics, rules, msg)
-
-
-def _float(dut: torch.Tensor, ref: torch.Tensor, lowp: Optional[torch.Tensor],
-           standard: str, scale: Optional[torch.Tensor] = None) -> Verdict:
+def _measure(dut: torch.Tensor, ref: torch.Tensor, lowp: Optional[torch.Tensor],
+             want_ulp: bool, scale: Optional[torch.Tensor]):
+    """``(Measured, d, r, finite, nonfinite_bad)`` for one float output: the statistics
+    every judge reads, plus the flat tensors the message points into."""
     dtype = dut.dtype
     limits = DTYPE_LIMITS[dtype]
-    eps = torch.finfo(dtype).eps
-    numel = dut.numel()
     d = dut.double().reshape(-1)
     r = ref.double().reshape(-1)
     r_cast = ref.to(dtype).double().reshape(-1)  # Note [Non-finite values]
     dclass, rclass = nonfinite_classes(d), nonfinite_classes(r_cast)
     nonfinite_bad = dclass != rclass
-    if lowp is not None and lowp.shape == dut.shape:  # Note [CPU's own error]
+    has_low = lowp is not None and lowp.shape == dut.shape
+    if has_low:  # Note [CPU's own error]
         lclass = nonfinite_classes(lowp.double().reshape(-1))
         nonfinite_bad &= dclass != lclass
     nan_inf = int(nonfinite_bad.sum())
     finite = (dclass == 0) & (rclass == 0) & torch.isfinite(r)
-    want_ulp = standard == "ulp"
     fd, fr = d[finite], r[finite]
     # the magnitude every relative quantity is measured against (Note [Condition ...])
     fmag = fr.abs() if scale is None else torch.maximum(
@@ -373,149 +775,28 @@ def _float(dut: torch.Tensor, ref: torch.Tensor, lowp: Optional[torch.Tensor],
     m = _errors(fd, fr, limits, dtype, want_ulp, fmag)
     metrics: dict[str, float] = dict(m)
     metrics["nan_inf_mismatch"] = float(nan_inf)
-    metrics["numel"] = float(numel)
+    metrics["numel"] = float(dut.numel())
     rms_ref = math.sqrt(_f((fmag * fmag).mean())) if fr.numel() else 0.0
-
-    ref_m: Optional[dict[str, float]] = None
-    low_err: Optional[torch.Tensor] = None  # the CPU's own error per element (finite positions)
-    if lowp is not None and lowp.shape == dut.shape:
+    ref_m = low_err = low = None
+    if has_low:
         lw = lowp.double().reshape(-1)
-        lfinite = torch.isfinite(lw[finite])
-        ref_m = _errors(lw[finite][lfinite], fr[lfinite], limits, dtype, want_ulp,
-                        fmag[lfinite])
-        low_err = (lw[finite] - fr).abs().nan_to_num(nan=0.0, posinf=0.0)
+        low = lw[finite]
+        lfinite = torch.isfinite(low)
+        ref_m = _errors(low[lfinite], fr[lfinite], limits, dtype, want_ulp, fmag[lfinite])
+        low_err = (low - fr).abs().nan_to_num(nan=0.0, posinf=0.0)
+        low = torch.where(lfinite, low, math.nan)
         metrics["ref_cosine"] = ref_m["cosine"]
         for key in ("max_rel_err", "mean_rel_err", "rmse", "small_abs_err", "err_balance",
                     *(("ulp_gt1_share", "ulp_gt32_share", "ulp_mean") if want_ulp else ())):
             metrics[f"ref_{key}"] = ref_m[key]
-
-    # Per-element allowance: an element is mismatched when its error exceeds it.
-    err = (fd - fr).abs()
-    absr = fmag
-    small = absr < limits.small_value
-    failures: list[str] = []
-    if standard == "absolute":
-        allowance = torch.where(small, torch.full_like(absr, limits.small_value_atol),
-                                limits.abs_rtol * absr)
-        described = (f"relative error <= {_fmt(limits.abs_rtol)} where |reference| >= "
-                     f"{_fmt(limits.small_value)}, else absolute error <= "
-                     f"{_fmt(limits.small_value_atol)}")
-        if low_err is not None:  # Note [CPU's own error]
-            allowance = torch.maximum(allowance, low_err)
-            described += "; or no worse than the CPU in the same dtype"
-    elif standard == "ulp":
-        std = STANDARDS["ulp"].limits
-        low = dtype in (torch.float16, torch.bfloat16)
-        allowance = ulp(absr, dtype) * (1.0 if low else 32.0)
-        if low_err is not None:  # Note [CPU's own error]
-            allowance = torch.maximum(allowance, low_err)
-        if low:
-            share = m["ulp_gt1_share"]
-            ref_share = ref_m["ulp_gt1_share"] if ref_m else None
-            ok = share <= std["lowp_gt1_share"] or (ref_share is not None and share <= ref_share)
-            described = (f"share of elements > 1 ULP <= {std['lowp_gt1_share']:g} or not above "
-                         "the CPU reference's share")
-            if not ok:
-                failures.append(f"ulp_gt1_share {_fmt(share)} > {std['lowp_gt1_share']:g}"
-                                + (f" and > the CPU reference's {_fmt(ref_share)}"
-                                   if ref_share is not None else ""))
-        else:
-            ok = m["ulp_mean"] < std["fp32_ulp_mean"] or m["ulp_gt32_share"] < std["fp32_gt32_share"]
-            cpu_ratio = STANDARDS["relative"].limits["mean_rel_err"]
-            if ref_m is not None:  # Note [CPU's own error]
-                ok = ok or m["ulp_mean"] <= cpu_ratio * max(ref_m["ulp_mean"], 1.0)
-            described = (f"mean ULP error < {std['fp32_ulp_mean']:g} or share of elements > 32 "
-                         f"ULP < {std['fp32_gt32_share']:g}"
-                         + (f", or mean ULP error not above {cpu_ratio:g}x the CPU's own in "
-                            "the same dtype" if ref_m is not None else "")
-                         + (" (ULPs of the condition sum |a_i b_i|)" if scale is not None else ""))
-            if not ok:
-                failures.append(f"ulp_mean {_fmt(m['ulp_mean'])} >= {std['fp32_ulp_mean']:g} and "
-                                f"ulp_gt32_share {_fmt(m['ulp_gt32_share'])} >= "
-                                f"{std['fp32_gt32_share']:g}"
-                                + (f" (the CPU's own: ulp_mean {_fmt(ref_m['ulp_mean'])}, "
-                                   f"ulp_gt32_share {_fmt(ref_m['ulp_gt32_share'])})"
-                                   if ref_m is not None else ""))
-        if scale is not None:  # Note [Condition of products and reductions]
-            ratio_limit = STANDARDS["relative"].limits["rmse"]
-            floor = eps * max(rms_ref, 1e-30)
-            ratio = m["rmse"] / max(ref_m["rmse"] if ref_m else 0.0, floor)
-            metrics["rmse_ratio"] = ratio
-            described += (f"; and RMSE <= {ratio_limit:g}x max(the CPU's own, eps x RMS of the "
-                          "condition)")
-            if ratio > ratio_limit:
-                failures.append(f"rmse {_fmt(m['rmse'])} is {ratio:.3g}x max(the CPU's own "
-                                f"{_fmt(ref_m['rmse']) if ref_m else 'n/a'}, floor "
-                                f"{_fmt(floor)}) (limit {ratio_limit:g}x)")
-    elif standard == "relative" and ref_m is not None:
-        std = STANDARDS["relative"].limits
-        floors = {"max_rel_err": eps, "mean_rel_err": eps, "rmse": eps * max(rms_ref, 1e-30),
-                  "small_abs_err": limits.small_value_atol}
-        for key, limit in std.items():
-            ratio = m[key] / max(ref_m[key], floors[key])
-            metrics[f"{key}_ratio"] = ratio
-            if ratio > limit:
-                failures.append(f"{key} {_fmt(m[key])} is {ratio:.3g}x the reference error "
-                                f"{_fmt(ref_m[key])} (floor {_fmt(floors[key])}; limit {limit:g}x)")
-        max_rel_allowed = std["max_rel_err"] * max(ref_m["max_rel_err"], eps)
-        small_allowed = std["small_abs_err"] * max(ref_m["small_abs_err"], limits.small_value_atol)
-        allowance = torch.where(small, torch.full_like(absr, small_allowed), max_rel_allowed * absr)
-        described = ("DUT error / CPU reference error (same dtype): "
-                     + ", ".join(f"{k} <= {v:g}x" for k, v in std.items()))
-    else:  # relative without a low-precision reference: assert_close's defaults
-        allowance = limits.atol + limits.rtol * absr
-        described = (f"no low-precision reference: |dut - ref| <= atol + rtol * |ref| "
-                     f"(assert_close defaults rtol {limits.rtol:g}, atol {limits.atol:g})")
-    bad_finite = err > allowance
-    mismatched = int(bad_finite.sum()) + nan_inf
-    metrics["mismatched"] = float(mismatched)
-    if standard == "absolute" or (standard == "relative" and ref_m is None):
-        if int(bad_finite.sum()):
-            failures.append(f"{int(bad_finite.sum())} element(s) outside {described}")
-    if nan_inf:
-        failures.append(f"{nan_inf} NaN/Inf position(s) differ from the reference's")
-    if ref_m is not None and dtype in (torch.float16, torch.bfloat16):  # Note [Error balance]
-        normal_count = int((~small).sum())
-        noise = eps / math.sqrt(max(normal_count, 1))
-        limit = BALANCE["ratio"] * max(ref_m["err_balance"], noise)
-        metrics["err_balance_ratio"] = m["err_balance"] / max(ref_m["err_balance"], noise)
-        if normal_count and m["err_balance"] > limit:
-            failures.append(f"err_balance {_fmt(m['err_balance'])} (mean signed relative error) "
-                            f"> {BALANCE['ratio']:g}x max(the CPU's own "
-                            f"{_fmt(ref_m['err_balance'])}, noise floor eps/sqrt(n) "
-                            f"{_fmt(noise)}): the errors are biased to one side")
-    cosine = m["cosine"]
-    cpu_cosine = ref_m["cosine"] if ref_m is not None else None
-    if (cosine < FLOOR["cosine"] and m["max_abs_err"] > limits.atol
-            and (cpu_cosine is None or cosine < cpu_cosine - 1e-3)):  # Note [CPU's own error]
-        failures.append(f"cosine {_fmt(cosine)} < floor {FLOOR['cosine']:g}"
-                        + (f" and below the CPU's own {_fmt(cpu_cosine)}"
-                           if cpu_cosine is not None else ""))
-
-    rules = _rules(metrics, standard, eps, rms_ref, fmag)
-    if not failures:
-        return Verdict(True, metrics, rules, "")
-    return Verdict(False, metrics, rules,
-                   _message(dut, d, r, finite, nonfinite_bad, err, allowance, absr, limits,
-                            standard, described, failures, mismatched, numel))
+    out = Measured(dtype=dtype, limits=limits, eps=torch.finfo(dtype).eps, dut=fd, ref=fr,
+                   low=low, mag=fmag, err=(fd - fr).abs(), small=fmag < limits.small_value,
+                   m=m, ref_m=ref_m, low_err=low_err, rms_ref=rms_ref,
+                   conditioned=scale is not None, nan_inf=nan_inf, metrics=metrics)
+    return out, d, r, finite, nonfinite_bad
 
 
-def _rules(metrics: dict[str, float], standard: str, eps: float, rms_ref: float,
-           fr: torch.Tensor) -> dict[str, Rule]:
-    """Baseline rules: an error metric may not double (above a floor of one epsilon)."""
-    scale = max(_f(fr.abs().max()) if fr.numel() else 0.0, 1e-30)
-    rules = {"max_abs_err": lower(2.0, eps * scale),
-             "max_rel_err": lower(2.0, eps),
-             "mean_rel_err": lower(2.0, eps),
-             "rmse": lower(2.0, eps * max(rms_ref, 1e-30)),
-             "cosine": higher(1.0, 1e-3),
-             "nan_inf_mismatch": lower(1.0, 0.0)}
-    if standard == "ulp":
-        rules["ulp_mean"] = lower(2.0, 1.0)
-    return {k: v for k, v in rules.items() if k in metrics}
-
-
-def _message(dut, d, r, finite, nonfinite_bad, err, allowance, absr, limits, standard,
+def _message(dut, d, r, finite, nonfinite_bad, err, allowance, absr, standard,
              described, failures, mismatched, numel) -> str:
     dtype = _dtype_name(dut.dtype)
     lines = [f"Tensor-likes are not close under standard {standard!r} ({dtype})!",

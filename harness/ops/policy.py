@@ -55,6 +55,7 @@ import torch
 
 from harness import dtypes, fallback
 from harness.classify import UNSUPPORTED_PATTERNS, classify_exception
+from harness.compare import check_table, standard_by_name
 
 __all__ = ["OP_STANDARDS", "GRAD_STANDARDS", "UNSUPPORTED_PATTERNS", "DEFAULT_STANDARD",
            "Watch", "classify_exception", "judge", "noting", "op_names", "run_dut", "standard_for",
@@ -69,8 +70,8 @@ T = TypeVar("T")
 
 DEFAULT_STANDARD = "relative"
 
-# The standard each op is judged by (DESIGN.md "Precision standards"; the numbers behind
-# each standard live in harness.compare.STANDARDS). An op not listed is "relative";
+# The standard each op is judged by (docs/standards.md; the numbers behind each standard
+# live in harness.compare.STANDARDS, and each table is checked against it at import). An op not listed is "relative";
 # integer/bool outputs are always "exact". Keys are op names as op_names() spells them:
 # catalog rows (a row that is a variant of an op, like "add_alpha", has its own key),
 # OpInfo names without their namespace, aten packet names without "aten.".
@@ -128,6 +129,7 @@ OP_STANDARDS: dict[str, str] = {
     "_foreach_add": "relative",  # with alpha (the optimizer's form)
 }
 """Forward standard per op name (see :func:`standard_for`)."""
+check_table("OP_STANDARDS", OP_STANDARDS)  # Note [Standards as objects]: a typo raises here
 
 SUMS_OF_PRODUCTS = frozenset({
     *_ULP, "tensordot", "einsum", "inner", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
@@ -158,6 +160,8 @@ GRAD_STANDARDS: dict[str, str] = {
 """Input-gradient standard where it is not the rule: a gradient of an ``ulp`` op is
 ``ulp``, every other gradient ``relative`` (a gradient is rarely a single rounding), and
 the gradient of a pure copy (layout ops) or of a selection at a bound is ``exact``."""
+check_table("GRAD_STANDARDS", GRAD_STANDARDS)
+standard_by_name(DEFAULT_STANDARD, where="DEFAULT_STANDARD")
 
 _NAMESPACES = ("torch.ops.aten.", "aten::", "aten.", "torch.nn.functional.", "nn.functional.",
                "torch.special.", "special.", "torch.linalg.", "linalg.", "torch.")

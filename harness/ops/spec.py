@@ -25,6 +25,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from harness import dtypes
+from harness.compare import standard_by_name
 from harness.ops.policy import GRAD_STANDARDS, OP_STANDARDS, op_names, standard_for
 
 FLOATS = dtypes.FLOATS
@@ -134,6 +135,9 @@ class OpEntry:
         return policy.sums_products(self.name)
 
     def __post_init__(self) -> None:
+        for field in ("standard", "grad_standard"):  # Note [Standards as objects]
+            if getattr(self, field) is not None:
+                standard_by_name(getattr(self, field), where=f"OpEntry {self.name!r} {field}=")
         if self.standard is None:  # the one table (harness.ops.policy)
             object.__setattr__(self, "standard", standard_for(self.name, "float32"))
 

@@ -220,3 +220,53 @@ ARGMAX_SKIPS_NAN = perturb_op(
 )
 
 FAULTS += [CLAMP_NAN_TO_BOUND, ARGMAX_SKIPS_NAN]
+
+
+# ---- a matrix unit that rounds its output toward zero (Note [Error balance] in
+# harness.compare): each element stays within one ULP, so only the error balance sees it
+
+LOW_PRECISION = ("bfloat16", "float16")
+
+
+def toward_zero(wide: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``wide`` (an fp32 accumulator) rounded to ``dtype`` toward zero: the nearest value,
+    stepped one ULP toward zero where rounding to nearest went away from it. For bf16 this
+    is dropping the low 16 bits of the fp32 word; every element's error is under 1 ULP."""
+    nearest = wide.to(dtype)
+    away = nearest.float().abs() > wide.abs()
+    return torch.where(away, torch.nextafter(nearest, torch.zeros_like(nearest)), nearest)
+
+
+def _truncating(op):
+    """A transform that recomputes ``op`` from the same inputs with an fp32 accumulator
+    (inputs up-cast exactly) and rounds the result toward zero to the output's dtype."""
+
+    def transform(out, args, kwargs):
+        wide = [a.float() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+                for a in args]
+        return toward_zero(op(*wide, **kwargs), out.dtype)
+
+    return transform
+
+
+def _truncate_fault(name, op, kernel, what, entries):
+    return perturb_op(
+        f"ops.{name}_truncate_lowp", family="ops",
+        description=f"{what} rounds its fp32 accumulator toward zero to bf16/fp16 (each "
+                    "element within one ULP, every error toward zero; a matrix unit in "
+                    "truncation mode)",
+        op=op, dtypes=LOW_PRECISION, transform=_truncating(kernel),
+        checks=tuple(f"{SUITE}::test_op[{entry}-{dtype}]" for entry in entries
+                     for dtype in LOW_PRECISION))
+
+
+MM_TRUNCATE = _truncate_fault("mm", "aten.mm.default", torch.ops.aten.mm.default, "aten.mm",
+                              ("mm",))
+LINEAR_TRUNCATE = _truncate_fault(
+    "linear", "aten.addmm.default", torch.ops.aten.addmm.default,
+    "aten.addmm (what F.linear with a bias dispatches to)", ("linear",))
+CONV_TRUNCATE = _truncate_fault("conv", "aten.convolution.default",
+                                torch.ops.aten.convolution.default, "aten.convolution",
+                                ("conv2d",))
+
+FAULTS += [MM_TRUNCATE, LINEAR_TRUNCATE, CONV_TRUNCATE]
