@@ -124,7 +124,7 @@ is nothing to compare with and they are recorded only):
 
 Both compare with the CPU's kernel in the same dtype, which on the CPU itself is the DUT:
 there they pass by construction, and what they catch is proved by faults
-(``ops.*_truncate_*`` in :mod:`harness.faults.catalog.ops`). The measurements behind the
+(``ops.*_truncate_lowp`` in :mod:`harness.faults.catalog.ops`). The measurements behind the
 limits are in docs/standards.md.
 
 Note [Non-finite values]
