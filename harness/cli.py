@@ -1,5 +1,5 @@
 """``python -m harness``: doctor | baseline list/show/diff | report | history | bench-eval |
-faults list/check | ops keywords | ops nan | localize | model.
+faults list/check | ops keywords | ops nan | optim options | localize | model.
 
 Nothing heavy is imported at module level: ``doctor`` must run (and explain) even where
 ``import torch`` fails.
@@ -239,6 +239,25 @@ def _cmd_ops(args: argparse.Namespace) -> int:
     return 1 if any(r.missing for r in rows) else 0
 
 
+# ----------------------------------------------------------------------------- optim
+
+def _cmd_optim(args: argparse.Namespace) -> int:
+    """``optim options``: the optimizer family's option coverage
+    (harness.training.optim_options); exit 1 when an option is neither exercised nor
+    explained."""
+    from harness.training import optim_options
+
+    rows = optim_options.coverage()
+    if args.json:
+        print(json.dumps([{"subject": r.api, "kind": r.kind, "available": r.available,
+                           "cases": r.cases, "options": sorted(r.options),
+                           "exercised": sorted(r.exercised), "reasons": r.reasons,
+                           "missing": r.missing} for r in rows], indent=1))
+    else:
+        print(optim_options.table(rows))
+    return 1 if any(r.missing for r in rows) else 0
+
+
 # --------------------------------------------------------------------------- history
 
 def _cmd_history(args: argparse.Namespace) -> int:
@@ -379,6 +398,11 @@ def build_parser() -> argparse.ArgumentParser:
                           "special-value samples")
     ops.add_argument("--json", action="store_true", help="Machine-readable output")
     ops.set_defaults(func=_cmd_ops)
+    optim = sub.add_parser("optim", help="Optimizer family tables: option coverage of the "
+                           "optimizers, LR schedulers and clipping functions")
+    optim.add_argument("action", choices=("options",))
+    optim.add_argument("--json", action="store_true", help="Machine-readable output")
+    optim.set_defaults(func=_cmd_optim)
     _add_history(sub)
     _add_bench_eval(sub)
     model = sub.add_parser("model", help="Capture a model's training step; inventory and "

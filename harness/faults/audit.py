@@ -102,8 +102,13 @@ OPS = (f"{CATALOG}[exp-float32]", f"{CATALOG}[conv2d-bfloat16]", f"{CATALOG}[sor
        "suites/ops/test_opinfo.py::test_opinfo_slice[mm-float32]",
        "suites/ops/test_edge_values.py::test_special_values[softmax-float32]")
 OPTIM = "suites/optim/test_optimizer_state.py::test_fp32_state_under_amp"
+OPTIONS = "suites/optim/test_optimizer_options.py"
 TRAINING = (f"{OPTIM}[adam-foreach-bfloat16]", f"{OPTIM}[sgd-forloop-float16]",
             f"{OPTIM}[adamw-fused-bfloat16]",
+            f"{OPTIONS}::test_optimizer_option[adam-amsgrad-forloop]",
+            f"{OPTIONS}::test_optimizer_option[sgd-nesterov-foreach]",
+            f"{OPTIONS}::test_scheduler[OneCycleLR-momentum]",
+            f"{OPTIONS}::test_clipping[clip_grad_norm_-inf]",
             "suites/norm/test_batchnorm.py::test_train_updates_running_stats",
             "suites/norm/test_batchnorm.py::test_eval_matches_reference",
             "suites/norm/test_batchnorm.py::test_eval_uses_running_stats",

@@ -112,6 +112,46 @@ ADAM_STATE_BF16 = patch_attr(
 )
 
 
+OPTIONS = f"{OPTIM}/test_optimizer_options.py"
+
+
+def _sgd_ignores_nesterov(original):
+    def sgd(*args, **kwargs):
+        kwargs["nesterov"] = False  # the kernel takes plain momentum whatever it is told
+        return original(*args, **kwargs)
+    return sgd
+
+
+SGD_IGNORES_NESTEROV = patch_attr(
+    "training.sgd_ignores_nesterov", family="training",
+    description="SGD ignores nesterov=True: every implementation (for-loop, foreach, "
+                "fused) takes a plain momentum step (torch.optim.sgd.sgd, the functional "
+                "SGD.step calls)",
+    target="torch.optim.sgd.sgd", replace=_sgd_ignores_nesterov,
+    checks=(f"{OPTIONS}::test_optimizer_option[sgd-nesterov-forloop]",
+            f"{OPTIONS}::test_optimizer_option[sgd-nesterov-foreach]"),
+)
+
+
+def _cosine_one_step_late(original):
+    def get_lr(self):
+        self.last_epoch -= 1  # the schedule lags one step behind the optimizer
+        try:
+            return original(self)
+        finally:
+            self.last_epoch += 1
+    return get_lr
+
+
+COSINE_LR_OFF_BY_ONE = patch_attr(
+    "training.cosine_lr_off_by_one", family="training",
+    description="CosineAnnealingLR computes each step's lr from the previous step's count "
+                "(off by one: the schedule lags one step)",
+    target="torch.optim.lr_scheduler.CosineAnnealingLR.get_lr", replace=_cosine_one_step_late,
+    checks=(f"{OPTIONS}::test_scheduler[CosineAnnealingLR-t_max]",),
+)
+
+
 # ------------------------------------------------------------------------ autocast
 
 def _autocast_dtype(device_type: str):
@@ -202,4 +242,4 @@ CONV_LAYER_DRIFT = perturb_op(
 )
 
 FAULTS = [BN_EVAL_BATCH_STATS, BN_BIASED_RUNNING_VAR, GRAD_SCALER_NEVER_BACKS_OFF,
-          ADAM_STATE_BF16, AUTOCAST_SOFTMAX_FP16, DROPOUT_UNSCALED, CONV_LAYER_DRIFT]
+          ADAM_STATE_BF16, SGD_IGNORES_NESTEROV, COSINE_LR_OFF_BY_ONE, AUTOCAST_SOFTMAX_FP16, DROPOUT_UNSCALED, CONV_LAYER_DRIFT]
