@@ -58,7 +58,6 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
-import re
 from typing import Any, Callable, Optional
 
 import torch
@@ -410,28 +409,17 @@ def outside_family() -> dict[str, list[str]]:
 
 # ----------------------------------------------------------------------------- running
 
-_UNSUPPORTED = re.compile("|".join((
-    r"unexpected keyword argument",         # an option this torch does not have
-    r"not supported", r"does not support", r"doesn't support", r"not yet supported",
-    r"must be on supported devices",         # capturable on a device torch cannot capture
-    r"not implemented for '", r"only supports",
-)))
-"""Torch's own refusals of an option or path: ``unsupported``, never ``fail``
-(Note [Missing features of older stacks] in ``harness/device.py``)."""
-
-
 class Refused(Exception):
     """Torch refused the case (constructor or step): the message says why."""
 
 
 def refusal(exc: BaseException) -> Optional[str]:
-    """The reason when ``exc`` is torch refusing an option or path, else None."""
-    from harness.device import missing_kernel
+    """The reason when ``exc`` is torch refusing an option or path (the one exception
+    classifier, :mod:`harness.classify`, says ``unsupported``), else None."""
+    from harness.classify import classify_exception
 
-    text = f"{type(exc).__name__}: {exc}".splitlines()[0]
-    if missing_kernel(exc) or _UNSUPPORTED.search(str(exc)):
-        return text
-    return None
+    status, reason = classify_exception(exc)
+    return reason if status == "unsupported" else None
 
 
 def _materialize(value: Any, device: Optional[torch.device], opt: Any = None) -> Any:
@@ -486,10 +474,7 @@ def _state(opt, params) -> dict:
 def _optimizer(name: str, params, options: dict, device, opt_for=None):
     cls = getattr(torch.optim, OPTIMIZERS[name])
     kwargs = {k: _materialize(v, device) for k, v in options.items()}
-    try:
-        return cls(params, **kwargs)
-    except (TypeError, ValueError, RuntimeError, AssertionError, NotImplementedError) as exc:
-        raise Refused(f"{cls.__name__}({_describe(options)}): {exc}") from exc
+    return _step(lambda: cls(params, **kwargs), f"{cls.__name__}({_describe(options)})")
 
 
 def _describe(options: dict) -> str:
@@ -498,6 +483,8 @@ def _describe(options: dict) -> str:
 
 
 def _step(fn: Callable[[], Any], what: str) -> Any:
+    """``fn()``; torch refusing it (Note [Missing features of older stacks]) raises
+    :class:`Refused`, anything else propagates (an error of the run)."""
     try:
         return fn()
     except (TypeError, ValueError, RuntimeError, AssertionError, NotImplementedError) as exc:
@@ -564,10 +551,7 @@ def run_scheduler(case: Case, *, device: Optional[torch.device], seed: int,
     kwargs = {k: _materialize(v, device, opt) for k, v in options.items()}
     if documented(case.subject).get("optimizer", _NO_DEFAULT) is _NO_DEFAULT:
         kwargs["optimizer"] = opt
-    try:
-        sched = cls(**kwargs)
-    except (TypeError, ValueError) as exc:
-        raise Refused(f"{case.subject}({_describe(options)}): {exc}") from exc
+    sched = _step(lambda: cls(**kwargs), f"{case.subject}({_describe(options)})")
     lrs, momenta = [], []
     for step in range(steps):
         group = opt.param_groups[0]
@@ -612,12 +596,12 @@ def run_clipping(case: Case, *, device: Optional[torch.device], seed: int,
             total = subject_api("get_total_norm")([p.grad for p in params])
             fn(params, total_norm=total, **options)
             out = total
-    except RuntimeError as exc:
+    except (RuntimeError, TypeError, ValueError, NotImplementedError) as exc:
         if refusal(exc):
             raise Refused(f"{case.subject}({_describe(options)}): {refusal(exc)}") from exc
-        return Run([], raised=type(exc).__name__)
-    except TypeError as exc:
-        raise Refused(f"{case.subject}({_describe(options)}): {exc}") from exc
+        if not isinstance(exc, RuntimeError):
+            raise
+        return Run([], raised=type(exc).__name__)  # error_if_nonfinite's RuntimeError
     values = [out.detach().cpu().double().reshape(1)] if isinstance(out, torch.Tensor) else []
     if case.subject != "get_total_norm":
         values += [p.grad.detach().cpu().double() for p in params]
