@@ -664,6 +664,8 @@ CATALOG: tuple[OpEntry, ...] = (
       dtypes=FI, backward=False),
     E("maximum", torch.maximum, binary(), dtypes=FI),
     E("minimum", torch.minimum, binary(), dtypes=FI),
+    E("fmax", torch.fmax, binary()),
+    E("fmin", torch.fmin, binary()),
     E("fmod", torch.fmod, binary("wide", "nonzero", grad_b=False), dtypes=FI),
     E("remainder", torch.remainder, binary("wide", "nonzero", grad_b=False), dtypes=FI),
     E("atan2", torch.atan2, binary()),
@@ -683,6 +685,10 @@ CATALOG: tuple[OpEntry, ...] = (
     # ---- reductions
     E("sum", torch.sum, reduction(), dtypes=FI),
     E("mean", torch.mean, reduction()),
+    # the NaN-ignoring twins of sum / mean / median: without a NaN they equal their twin,
+    # so only the special-value samples (harness.ops.specials) tell them apart
+    E("nansum", torch.nansum, reduction()),
+    E("nanmean", torch.nanmean, reduction()),
     E("var", torch.var, reduction()),
     E("std", torch.std, reduction()),
     E("var_unbiased0", torch.var, reduction(correction=0)),
@@ -915,6 +921,11 @@ CATALOG: tuple[OpEntry, ...] = (
         Sample("odd257", (T((3, 257), "distinct"),), {"dim": -1}),
         Sample("noncontig", (T((33, 17), "distinct", noncontig=True),), {"dim": 0}),
         Sample("large", (T(LARGE),), {"dim": 1}, slow=True)), dtypes=FI),
+    E("nanmedian", torch.nanmedian, (
+        Sample("typical", (T((16, 64), "distinct"),), {"dim": 1}),
+        Sample("odd257", (T((3, 257), "distinct"),), {"dim": -1}),
+        Sample("noncontig", (T((33, 17), "distinct", noncontig=True),), {"dim": 0}),
+        Sample("large", (T(LARGE),), {"dim": 1}, slow=True))),
     E("msort", torch.msort, layout(domain="distinct"), dtypes=FI),
     # ---- random: statistical judges
     E("dropout", F.dropout, (
@@ -1030,6 +1041,9 @@ KEYWORD_SAMPLES: dict[str, tuple[Sample, ...]] = {
     "logit": (Sample("eps", (T((16, 64), "prob"),), {"eps": 0.1}),),
     "mean": (Sample("dtype_f64", (T((16, 64)),), {"dim": 1, "dtype": _F64}),),
     "median": (Sample("keepdim", (T((16, 64), "distinct"),), {"dim": 1, "keepdim": True}),),
+    "nanmedian": (Sample("keepdim", (T((16, 64), "distinct"),), {"dim": 1, "keepdim": True}),),
+    "nansum": (Sample("dtype_f64", (T((16, 64)),), {"dim": 1, "dtype": _F64}),),
+    "nanmean": (Sample("dtype_f64", (T((16, 64)),), {"dim": 1, "dtype": _F64}),),
     "nan_to_num": (Sample("replacements", (T((16, 64), "nonfinite"),),
                           {"nan": 1.5, "posinf": 100.0, "neginf": -100.0}),),
     "adaptive_max_pool1d": (Sample("indices", (T((2, 3, 23), "distinct"),),

@@ -78,7 +78,7 @@ DEFAULT_STANDARD = "relative"
 _EXACT = (
     # copies, layout, selection, indices: bit-equal (ties documented in the catalog)
     "abs", "neg", "sign", "floor", "ceil", "round", "trunc", "clamp", "clamp_min", "clamp_max",
-    "clip", "nan_to_num", "div_floor", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
+    "clip", "nan_to_num", "div_floor", "maximum", "minimum", "fmax", "fmin", "eq", "ne", "lt", "le", "gt", "ge",
     "isclose", "norm_inf", "amax", "amin", "max_dim", "min_dim", "argmax", "argmin",
     "count_nonzero", "all", "any", "gather", "take_along_dim", "scatter", "index_select",
     "index_copy", "getitem_advanced", "getitem_slice", "masked_fill", "masked_select", "where",
@@ -88,7 +88,8 @@ _EXACT = (
     "narrow", "squeeze_unsqueeze", "tril", "triu", "diagonal", "clone", "to_float32",
     "pad_constant", "pad_reflect", "pad_replicate", "pad_circular", "pixel_shuffle",
     "pixel_unshuffle", "unfold_im2col", "interpolate_nearest", "interpolate_nearest_exact",
-    "sort", "sort_descending_stable", "argsort", "topk", "kthvalue", "median", "msort",
+    "sort", "sort_descending_stable", "argsort", "topk", "kthvalue", "median", "nanmedian",
+    "msort",
     "cummax", "max_pool1d", "max_pool2d", "max_pool3d", "adaptive_max_pool1d",
     "adaptive_max_pool2d", "hardshrink", "clip_grad_value_", "_foreach_maximum",
     "_foreach_neg", "_foreach_abs", "_foreach_sign",

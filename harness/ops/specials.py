@@ -73,6 +73,15 @@ SORT = ("torch sorts NaN above +inf (NumPy's order, which torch.sort/topk/kthval
         "NaN last ascending, first descending, topk's largest are NaN first")
 MEDIAN = ("torch.nanmedian docs: 'When input has one or more NaN values, torch.median will "
           "always return NaN'")
+NANMEDIAN = ("torch.nanmedian docs: 'Returns the median of the values in input, ignoring NaN "
+             "values ... If all the elements in input are NaN it will also return NaN'")
+NANSUM = ("torch.nansum docs: 'Returns the sum of all elements, treating Not a Numbers (NaNs) "
+          "as zero'; +inf + -inf is still NaN")
+NANMEAN = ("torch.nanmean docs: 'Computes the mean of all non-NaN elements' (equivalent to "
+           "torch.mean(a[~a.isnan()])); a row of NaN only is NaN")
+FMAX = ("torch.fmax / torch.fmin docs: 'if exactly one of the two elements being compared is "
+        "a NaN then the non-NaN element is taken ... Only if both elements are NaN is NaN "
+        "propagated'")
 SUM = ("torch.nansum / torch.nanmean docs: sum and mean propagate NaN (the nan-ops are the "
        "ones that ignore it); +inf + -inf is NaN, as for every reduction built on a sum")
 SCAN = ("cumulative ops carry a NaN / inf to every later element of the scan; cummax "
@@ -164,6 +173,8 @@ SEMANTICS: dict[str, Semantics] = {
     **_rows(("mul", "div"), ALL, IEEE),
     "maximum": Semantics(NAN_INF, MAXIMUM),
     "minimum": Semantics(NAN_INF, MAXIMUM),
+    "fmax": Semantics(NAN_INF, FMAX),
+    "fmin": Semantics(NAN_INF, FMAX),
     "fmod": Semantics(ALL, FMOD),
     "remainder": Semantics(ALL, FMOD + "; torch.remainder is fmod with the divisor's sign"),
     "atan2": Semantics(ALL, ATAN2),
@@ -181,6 +192,9 @@ SEMANTICS: dict[str, Semantics] = {
     **_rows(("sort", "sort_descending_stable", "argsort", "msort", "topk", "kthvalue"), NAN_INF,
             SORT),
     "median": Semantics(NAN_INF, MEDIAN),
+    "nanmedian": Semantics(NAN_INF, NANMEDIAN),
+    "nansum": Semantics(NAN_INF, NANSUM),
+    "nanmean": Semantics(NAN_INF, NANMEAN),
     # softmax, norms, losses
     **_rows(("softmax", "log_softmax", "softmin"), NAN_INF, SOFTMAX),
     **_rows(("layer_norm", "rms_norm", "batch_norm", "group_norm", "normalize"), NAN_INF, NORM,
