@@ -1,6 +1,9 @@
 """``python -m harness``: doctor | baseline list/show/diff | report | history | bench-eval |
 faults list/check | ops keywords | ops nan | optim options | localize | model.
 
+``run`` (pytest over the conformance suites, :mod:`harness.layout`) takes pytest's
+arguments as given, so :func:`main` dispatches it before parsing.
+
 Nothing heavy is imported at module level: ``doctor`` must run (and explain) even where
 ``import torch`` fails.
 """
@@ -412,7 +415,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_arguments(model)
     model.set_defaults(func=_cmd_model)
 
-    # dispatched in main() to harness.training.localize's own parser; listed here for --help
+    # dispatched in main(), their arguments untouched; listed here for --help
+    sub.add_parser("run", help="Run the conformance suites from any folder: pytest with "
+                   "these arguments over the installed (or checkout's) suites/ "
+                   "(harness/layout.py)")
     sub.add_parser("localize", help="Find the first layer where DUT and CPU diverge "
                    "(python -m harness localize --help)")
     return parser
@@ -420,6 +426,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "run":  # pytest's arguments, as given
+        from harness import layout
+
+        return layout.main(argv[1:])
     if argv and argv[0] == "localize":  # its own parser: options may come first
         from harness.training import localize
 

@@ -10,12 +10,14 @@ to those modules, keeps the run state in ``config.stash`` and applies what comes
 
 from __future__ import annotations
 
+import inspect
 import random
+from pathlib import Path
 from typing import Optional
 
 import pytest
 
-from harness import checkrun, hypothesis_profiles, known_failures, options
+from harness import checkrun, hypothesis_profiles, known_failures, layout, options
 from harness import session as harness_session
 from harness.device import Device, xdist_worker_index
 from harness.recorder import Recorder, seed_for, suite_area
@@ -47,15 +49,83 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         group.addoption(*flags, **(kwargs() if callable(kwargs) else kwargs))
 
 
+# Note [Path options without '=']
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# pytest picks its rootdir and configuration file from the command line before it loads
+# the plugins of entry points, so there it reads the value of ``--baseline-dir /tmp/B``
+# as a test path: with no test path given, /tmp/B (or a folder above it) becomes the
+# rootdir, the project's configuration is not read and its suites/ is not found. No hook
+# runs before that choice. So when the values of this plugin's options changed it
+# (:func:`_rootdir_misled`), the plugin runs pytest again in this process with every
+# option of its own written ``--name=value`` (nothing else changes) and returns that
+# run's exit status: the run the command meant. ``python -m harness run`` loads the
+# plugin before pytest reads the command line, so its first choice is already right.
+
+_VALUE_FLAGS = tuple(flag for flags, kwargs in options.OPTIONS for flag in flags
+                     if (kwargs() if callable(kwargs) else kwargs).get("action")
+                     not in ("store_true", "store_false", "count"))
+_rerunning = False
+
+
+def _joined(args: list[str]) -> list[str]:
+    """The arguments with this plugin's ``--name value`` pairs written ``--name=value``."""
+    out: list[str] = []
+    index = 0
+    while index < len(args):
+        if args[index] in _VALUE_FLAGS and index + 1 < len(args):
+            out.append(f"{args[index]}={args[index + 1]}")
+            index += 2
+        else:
+            out.append(args[index])
+            index += 1
+    return out
+
+
+def _rootdir_misled(config: pytest.Config) -> bool:
+    """Whether pytest would have chosen another rootdir or configuration file had it known
+    which arguments are this plugin's option values (Note [Path options without '='])."""
+    try:  # pytest's own choice, private: where it is not there, nothing is re-checked
+        from _pytest.config.findpaths import determine_setup
+
+        ns = config.known_args_namespace
+        given = dict(inifile=ns.inifilename, override_ini=ns.override_ini,
+                     args=list(getattr(config.option, "file_or_dir", None) or []),
+                     rootdir_cmd_arg=ns.rootdir or None,
+                     invocation_dir=config.invocation_params.dir)
+        accepted = inspect.signature(determine_setup).parameters
+        meant = determine_setup(**{k: v for k, v in given.items() if k in accepted})
+    except Exception:  # noqa: BLE001 - another pytest: keep its choice
+        return False
+    return (Path(meant[0]), meant[1]) != (Path(config.rootpath), config.inipath)
+
+
 @pytest.hookimpl(tryfirst=True)
-def pytest_cmdline_main(config: pytest.Config) -> None:
-    """Refuse an unknown ``--hypothesis-profile`` before hypothesis' own plugin crashes on it."""
+def pytest_cmdline_main(config: pytest.Config) -> Optional[int]:
+    """Rerun a command whose option values misled pytest's rootdir (Note [Path options
+    without '=']); refuse an unknown ``--hypothesis-profile`` before hypothesis' own plugin
+    crashes on it."""
+    global _rerunning
+    if not _rerunning and _rootdir_misled(config):
+        args = list(config.invocation_params.args)
+        joined = _joined(args)
+        if joined == args:  # the values came from elsewhere (PYTEST_ADDOPTS, addopts)
+            raise pytest.UsageError(
+                f"pytest chose the rootdir {config.rootpath} from the value of an option of "
+                "the harness (it picks the rootdir before it knows which arguments are "
+                "option values); write those options as --name=value in PYTEST_ADDOPTS, "
+                "or name the test paths")
+        _rerunning = True
+        try:
+            return int(pytest.main(joined, plugins=list(config.invocation_params.plugins)))
+        finally:
+            _rerunning = False
     name = config.getoption("hypothesis_profile", None)
     try:
         if name is not None:
             hypothesis_profiles.check_registered(name)
     except hypothesis_profiles.ProfileError as exc:
         raise pytest.UsageError(str(exc)) from None
+    return None
 
 
 @pytest.hookimpl(trylast=True)
@@ -66,7 +136,8 @@ def pytest_configure(config: pytest.Config) -> None:
         hypothesis_profiles.load_default(config.getoption("hypothesis_profile", None))
         settings = options.settings_from(
             {dest: config.getoption(dest) for dest in options.DESTS},
-            root=config.rootpath, here=config.invocation_params.dir,
+            root=layout.outputs_home(config.rootpath, config.invocation_params.dir),
+            here=config.invocation_params.dir,
             markexpr=config.getoption("markexpr", "") or "")
         config.stash[STATE] = harness_session.start(
             settings, worker=xdist_worker_index(), controller=not hasattr(config, "workerinput"))
@@ -98,7 +169,27 @@ def _in_suites(item: pytest.Item) -> bool:
     return suite_area(item.path, item.config.rootpath) is not None
 
 
+def _refuse_installed_suites_elsewhere(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The installed suites run with the package as rootdir (Note [Installed suites] in
+    harness/layout.py); from any other rootdir (``pytest --pyargs harness.suites``) their
+    node ids, seeds and record ids would differ from a checkout's, and they would not be
+    judged as checks: refuse, naming the command that runs them."""
+    installed = layout.installed_suites()
+    if installed is None or layout.is_installed_root(config.rootpath):
+        return
+    for item in items:
+        try:
+            Path(item.path).resolve().relative_to(installed)
+        except ValueError:
+            continue
+        raise pytest.UsageError(
+            f"{item.nodeid}: the installed suites ({installed}) run with the package as "
+            f"pytest's rootdir, not {config.rootpath}; run them with `python -m harness run "
+            "[pytest arguments]` (e.g. python -m harness run suites/example -k add)")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _refuse_installed_suites_elsewhere(config, items)
     state = config.stash.get(STATE, None)
     opt_in = {"slow": (state.settings.run_slow if state else False, "--run-slow (or -m slow)"),
               "benchmark": (state.settings.run_benchmarks if state else False,
