@@ -35,6 +35,8 @@ PACKAGE = Path(__file__).resolve().parent
 
 SUITES = "suites"
 INSTALLED_INI = PACKAGE / "suites.ini"
+REWRITE_WARNING = ("ignore:Module already imported so cannot be rewritten"
+                   ":pytest.PytestAssertRewriteWarning")
 
 
 def installed_suites() -> Optional[Path]:
@@ -76,7 +78,12 @@ def outputs_home(rootpath: Path, invocation_dir: Path) -> Path:
 def pytest_arguments(args: Sequence[str], here: Path) -> list[str]:
     """The pytest command line of ``python -m harness run ARGS`` started in ``here``."""
     root, ini = suites_root()
-    fixed = ["-c", str(ini), "--rootdir", str(root)]
+    # this process imported harness (and through it hypothesis) before pytest could mark
+    # them for assertion rewriting, which pytest would warn about; they hold no tests
+    fixed = ["-c", str(ini), "--rootdir", str(root), "-W", REWRITE_WARNING,
+             # conftests from suites/ down only: the plugin is loaded already, and the
+             # checkout's conftest.py (which loads it too) would be met after pytest's start
+             "--confcutdir", str(root / SUITES)]
     if root == PACKAGE:  # the installed suites: pytest's cache beside the outputs
         fixed += ["-o", f"cache_dir={Path(here).resolve() / '.pytest_cache'}"]
     return [*fixed, *args]

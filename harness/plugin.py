@@ -116,7 +116,7 @@ def pytest_cmdline_main(config: pytest.Config) -> Optional[int]:
                 "or name the test paths")
         _rerunning = True
         try:
-            return int(pytest.main(joined, plugins=list(config.invocation_params.plugins)))
+            return int(pytest.main(joined, plugins=list(config.invocation_params.plugins or ())))
         finally:
             _rerunning = False
     name = config.getoption("hypothesis_profile", None)
