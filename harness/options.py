@@ -39,14 +39,16 @@ OPTIONS: list[tuple[tuple[str, ...], OptionKwargs]] = [
                                     "all). Default: %(default)r")),
     (("--baseline-dir",), dict(default=None, metavar="PATH",
                                help="Baseline store (<PATH>/<device_type>/<device_slug>/"
-                                    "<stack_id>.json). Default: baselines/ in the rootdir")),
+                                    "<stack_id>.json). Default: baselines/ in the rootdir (the "
+                                    "installed suites: in the current folder)")),
     (("--baseline-against",), dict(default=None, metavar="STACK_ID", type=argtypes.stack_id,
                                    help="Compare against this stored stack (e.g. "
                                         "cann-8.0.RC3) instead of the same or newest older "
                                         "one. Default: %(default)r")),
     (("--results-dir",), dict(default=None, metavar="PATH",
                               help="Where each run writes <UTC time>-<device>.json. "
-                                   "Default: results/ in the rootdir")),
+                                   "Default: results/ in the rootdir (the installed suites: "
+                                   "in the current folder)")),
     (("--alerts",), dict(default=None, metavar="PATH",
                          help="Write regressions and improvements to PATH (JSON) and "
                               "PATH's .md sibling (Markdown). Default: %(default)r")),
@@ -106,7 +108,8 @@ def settings_from(values: Mapping[str, Any], *, root: Path, here: Path,
 
     Args:
         values: option name -> parsed value.
-        root: the rootdir (where ``baselines/`` and ``results/`` default to).
+        root: where ``baselines/`` and ``results/`` default to (the rootdir, or the
+            invocation folder for the installed suites: :func:`harness.layout.outputs_home`).
         here: the invocation directory (what relative paths are relative to).
         markexpr: the ``-m`` expression (``-m slow`` turns ``--run-slow`` on).
 
