@@ -11,7 +11,9 @@ to those modules, keeps the run state in ``config.stash`` and applies what comes
 from __future__ import annotations
 
 import inspect
+import os
 import random
+import shlex
 from pathlib import Path
 from typing import Optional
 
@@ -81,22 +83,35 @@ def _joined(args: list[str]) -> list[str]:
     return out
 
 
-def _rootdir_misled(config: pytest.Config) -> bool:
-    """Whether pytest would have chosen another rootdir or configuration file had it known
-    which arguments are this plugin's option values (Note [Path options without '='])."""
-    try:  # pytest's own choice, private: where it is not there, nothing is re-checked
+def _setup_for(config: pytest.Config, paths: list[str]) -> Optional[tuple[Path, object]]:
+    """pytest's (rootdir, configuration file) for these test paths and this command's
+    ``-c``/``--rootdir``; None where this pytest has no such function (private API)."""
+    try:
         from _pytest.config.findpaths import determine_setup
 
         ns = config.known_args_namespace
-        given = dict(inifile=ns.inifilename, override_ini=ns.override_ini,
-                     args=list(getattr(config.option, "file_or_dir", None) or []),
+        given = dict(inifile=ns.inifilename, override_ini=ns.override_ini, args=paths,
                      rootdir_cmd_arg=ns.rootdir or None,
                      invocation_dir=config.invocation_params.dir)
         accepted = inspect.signature(determine_setup).parameters
-        meant = determine_setup(**{k: v for k, v in given.items() if k in accepted})
+        found = determine_setup(**{k: v for k, v in given.items() if k in accepted})
     except Exception:  # noqa: BLE001 - another pytest: keep its choice
+        return None
+    return Path(found[0]), found[1]
+
+
+def _rootdir_misled(config: pytest.Config) -> bool:
+    """Whether the values of this plugin's options, read as test paths, changed pytest's
+    rootdir or configuration file (Note [Path options without '='])."""
+    tokens = [*shlex.split(os.environ.get("PYTEST_ADDOPTS", "")),
+              *config.invocation_params.args]
+    values = [tokens[i + 1] for i, token in enumerate(tokens[:-1]) if token in _VALUE_FLAGS]
+    if not values:
         return False
-    return (Path(meant[0]), meant[1]) != (Path(config.rootpath), config.inipath)
+    paths = list(getattr(config.option, "file_or_dir", None) or [])
+    meant = _setup_for(config, paths)
+    return (meant is not None and meant != (Path(config.rootpath), config.inipath)
+            and _setup_for(config, paths + values) != meant)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -108,7 +123,7 @@ def pytest_cmdline_main(config: pytest.Config) -> Optional[int]:
     if not _rerunning and _rootdir_misled(config):
         args = list(config.invocation_params.args)
         joined = _joined(args)
-        if joined == args:  # the values came from elsewhere (PYTEST_ADDOPTS, addopts)
+        if joined == args:  # the values came from PYTEST_ADDOPTS
             raise pytest.UsageError(
                 f"pytest chose the rootdir {config.rootpath} from the value of an option of "
                 "the harness (it picks the rootdir before it knows which arguments are "
