@@ -362,5 +362,7 @@ def test_error_balance_stays_quiet_for_an_unbiased_kernel_with_other_roundings()
     # an unbiased kernel that rounds some elements the other way (still < 1 ULP each)
     flip = torch.rand(64, generator=gen) < 0.2
     other = torch.where(flip, torch.nextafter(cpu, torch.where(cpu.double() > ref, -cpu, 2 * cpu)), cpu)
-    assert compare_outputs(other, ref, cpu, standard="relative").metrics["err_balance"] >= 0
+    assert int((other != cpu).sum()) > 0  # some elements do round the other way
+    verdict = compare_outputs(other, ref, cpu, standard="relative")
+    assert verdict.passed, verdict.message
     assert compare_outputs(other, ref, cpu, standard="absolute").passed

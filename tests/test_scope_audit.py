@@ -15,8 +15,9 @@ FACTOR = 1 + audit.SHIFT
 
 
 def test_the_audit_shifts_every_result_in_the_scope_and_nothing_outside(cpu, monkeypatch):
-    monkeypatch.setattr(faults, "_active", [audit.FAULTS[0]])
     x = torch.linspace(-1, 1, 8)
+    clean = torch.exp(x)                  # before any fault is active
+    monkeypatch.setattr(faults, "_active", [audit.FAULTS[0]])
     with cpu.scope():
         y = torch.exp(x)
         view = y[2:]                      # a view: aliases y, not shifted again
@@ -29,7 +30,7 @@ def test_the_audit_shifts_every_result_in_the_scope_and_nothing_outside(cpu, mon
     assert view.data_ptr() == y[2:].data_ptr() and torch.equal(view, y[2:])
     assert torch.allclose(z, torch.full((8,), FACTOR))
     assert int(index) == 7
-    assert torch.equal(torch.exp(x), torch.exp(x))  # outside the scope: untouched
+    assert torch.equal(torch.exp(x), clean)  # the audit is active, but outside the scope
 
 
 CHECKS = """
