@@ -40,6 +40,14 @@ def test_integer_only_and_random_rows_explain_themselves():
     assert specials.automatic_reason(BY_NAME["exp"]) is None
 
 
+def _floats(value) -> list:
+    if isinstance(value, torch.Tensor):
+        return [value.reshape(-1)] if value.is_floating_point() else []
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _floats(v)]
+    return []
+
+
 @pytest.mark.parametrize("name", sorted(specials.SEMANTICS))
 def test_special_samples_hold_the_row_s_specials(name):
     entry = BY_NAME[name]
@@ -47,16 +55,7 @@ def test_special_samples_hold_the_row_s_specials(name):
     seen = set()
     for sample in edge.special_samples(entry):
         values = materialize(sample, "float32", torch.Generator().manual_seed(0))
-        flat = []
-
-        def walk(value):
-            if isinstance(value, torch.Tensor) and value.is_floating_point():
-                flat.append(value.reshape(-1))
-            elif isinstance(value, (list, tuple)):
-                for v in value:
-                    walk(v)
-        walk(values)
-        x = torch.cat(flat)
+        x = torch.cat(_floats(values))
         seen |= {"nan"} if bool(x.isnan().any()) else set()
         seen |= {"inf"} if bool(x.isposinf().any()) else set()
         seen |= {"-inf"} if bool(x.isneginf().any()) else set()
