@@ -6,6 +6,7 @@ harness/layout.py, Note [Path options without '='] in harness/plugin.py)."""
 from __future__ import annotations
 
 import configparser
+import importlib.util
 import json
 import os
 import shutil
@@ -45,6 +46,9 @@ def _pytest(args: list[str], *, cwd: Path, env: dict) -> subprocess.CompletedPro
 def _build_wheel(env: dict) -> dict:
     """Build the wheel from a copy of the checkout's files (git's list: tracked, and new
     files git does not ignore), so the checkout gets no build/ or .egg-info."""
+    if importlib.util.find_spec("setuptools") is None:
+        return {"skip": "setuptools is not installed: pip cannot build the wheel offline "
+                        "(pip install 'setuptools>=64')"}
     listing = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
                               "--exclude-standard"], cwd=ROOT, capture_output=True)
     if listing.returncode != 0:
