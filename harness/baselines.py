@@ -1,6 +1,6 @@
 """The baseline store: ``<dir>/<device_type>/<device_slug>/<stack_id>.json``.
 
-A baseline is a results file kept. Selection for a compare run (DESIGN.md):
+A baseline is a results file kept. Selection for a compare run (docs/design.md):
 the baseline named with ``--baseline-against`` if given; else the same stack's file;
 else the newest *older* stack of the same device (the upgrade case: record on CANN
 8.0.RC3, upgrade to 8.0.0, compare). Writes are atomic; ``record`` never overwrites a

@@ -1,7 +1,7 @@
 """``python -m harness doctor``: the environment check a user runs first.
 
 Each check yields a :class:`Check` (ok / warn / fail) with what was seen and, for a
-problem, how to fix it (NPU_NOTES.md, "Tool chain"). ``import torch`` is tried in a child
+problem, how to fix it (docs/design.md, "Tool chain"). ``import torch`` is tried in a child
 process first: an installed but broken ``torch_npu`` makes ``import torch`` itself fail
 through backend autoloading, and the doctor must explain that rather than crash.
 """

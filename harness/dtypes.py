@@ -35,7 +35,7 @@ AMP: dict[str, torch.dtype] = {name: BY_NAME[name] for name in LOW_PRECISION}
 
 UPCAST: dict[str, str] = {"float16": "float32", "bfloat16": "float32", "float32": "float64",
                           "float64": "float64"}
-"""The reference's dtype per DUT dtype (DESIGN.md: fp16/bf16 -> fp32, fp32 -> fp64)."""
+"""The reference's dtype per DUT dtype (docs/standards.md: fp16/bf16 -> fp32, fp32 -> fp64)."""
 
 EPS: dict[str, float] = {"float64": 2.0**-52, "float32": 2.0**-23, "float16": 2.0**-10,
                          "bfloat16": 2.0**-7}

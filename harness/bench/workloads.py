@@ -1,6 +1,6 @@
 """The benchmark bodies, as data: one :class:`Workload` row per benchmark record.
 
-What NPU training users compare (NPU_NOTES.md: at equal batch size and precision, so
+What NPU training users compare (docs/design.md: at equal batch size and precision, so
 both are part of the record id): training-step throughput of SimpleCNN and ResNet-18 in
 fp32, fp16 + GradScaler and bf16; op microbenchmarks; the DataLoader; per-op launch
 overhead; gradient checkpointing's time cost; all_reduce bus bandwidth (the last two
@@ -344,7 +344,7 @@ def train_batch(device, scale: str, precision: str) -> int:
 
 
 def record_id(workload: Workload, device, scale: str) -> str:
-    """Training ids carry batch and scale (compare only at equal batch: NPU_NOTES.md)."""
+    """Training ids carry batch and scale (compare only at equal batch: docs/design.md)."""
     if workload.id.startswith("bench/train/"):
         precision = workload.id.split("/")[3]
         return f"{workload.id}/b{train_batch(device, scale, precision)}/{scale}"

@@ -112,7 +112,7 @@ def run_rank(checks: Sequence[SubCheck], out: Union[str, Path], *, device_type: 
         else:
             device = select(device_type, index=local_rank)[0]
             device = Device(device.type, local_rank if device.is_accelerator else 0, device.count)
-        device.set_current()  # before the group and before any model (NPU_NOTES: Distributed)
+        device.set_current()  # before the group and before any model (docs/design.md: Distributed)
         backend = device.dist_backend
         dist.init_process_group(backend=backend, rank=rank, world_size=world_size,
                                 timeout=_dt.timedelta(seconds=max(timeout, 30.0)))

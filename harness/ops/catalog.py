@@ -1,4 +1,4 @@
-"""The curated op catalog: training-relevant ops as data rows (DESIGN.md, issue 3).
+"""The curated op catalog: training-relevant ops as data rows (docs/design.md).
 
 Each row is an :class:`~harness.ops.spec.OpEntry`: a name, a callable, samples, dtypes,
 backward, precision standard. Sample templates (:func:`unary`, :func:`binary`,
@@ -6,7 +6,7 @@ backward, precision standard. Sample templates (:func:`unary`, :func:`binary`,
 (odd sizes), ``noncontig``, ``bcast`` (broadcasting), ``empty`` and a ``large``
 (>= 1M elements) case marked slow. Adding an op is adding a row.
 
-Standards follow the table in DESIGN.md: ``exact`` for copies/layout/indices,
+Standards follow the table in docs/standards.md: ``exact`` for copies/layout/indices,
 ``absolute`` for add/sub/mul/div/reciprocal/rsqrt/relu-like, ``ulp`` for matrix
 multiplication, ``relative`` for everything else.
 """

@@ -8,7 +8,7 @@ supports them), forward and, where the op has autograd, backward. Every case bec
 record, so the results double as the DUT's capability matrix:
 
 * ``pass`` / ``fail``: judged by :func:`harness.ops.policy.judge` against the CPU up-cast
-  reference and the CPU low-precision reference (DESIGN.md), under the op's standard from
+  reference and the CPU low-precision reference (docs/standards.md), under the op's standard from
   the one standards table (:func:`harness.ops.policy.standard_for`, shared with the
   catalog);
 * ``unsupported``: the DUT raised "no kernel for this op/dtype"

@@ -1,7 +1,7 @@
 """The one op policy: what a DUT exception means, which standard judges an op, how a DUT
 call is watched. The catalog runner, the OpInfo sweep, the distributed rank programs and
 the model cases all ask this module, so the same question gets the same answer
-everywhere (STYLE.md "One policy per concept").
+everywhere (docs/design.md, "The parts").
 
 * :func:`classify_exception`: ``("unsupported" | "error", reason)`` for an exception the
   DUT raised.

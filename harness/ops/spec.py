@@ -36,7 +36,7 @@ DTYPES: dict[str, torch.dtype] = {
     ("float32", "float16", "bfloat16", "float64", "int32", "int64", "int8", "uint8", "bool")}
 
 UPCAST: dict[str, str] = dtypes.UPCAST
-"""The reference's dtype per DUT dtype (DESIGN.md: fp16/bf16 -> fp32, fp32 -> fp64);
+"""The reference's dtype per DUT dtype (docs/standards.md: fp16/bf16 -> fp32, fp32 -> fp64);
 integer dtypes are computed as they are."""
 
 

@@ -1,6 +1,6 @@
 """Divergence finder: the first layer where the DUT and the CPU reference part ways.
 
-The field's slow but sure method for an accuracy problem (NPU_NOTES.md): same seed, one
+The field's slow but sure method for an accuracy problem (docs/design.md): same seed, one
 batch, reference and device side by side, compare every layer's activations and
 gradients, find the first layer where they diverge. :func:`localize` automates it:
 
@@ -53,7 +53,7 @@ class Tolerance:
 
     A layer's *error* is its relative L2 error against the CPU fp32 reference. Under
     autocast the CPU also runs the model in the same dtype (the *reference error*: what
-    16-bit arithmetic costs on a correct backend, DESIGN.md "relative to reference").
+    16-bit arithmetic costs on a correct backend, docs/standards.md).
     The layer diverges when its error exceeds ``max(rel, ratio * reference error)``, when
     ``1 - cosine`` exceeds ``max(1 - cosine, ratio * (1 - reference cosine))``, or when it
     has non-finite values the reference lacks.

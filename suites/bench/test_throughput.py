@@ -1,7 +1,7 @@
 """Benchmarks: timed with pytest-benchmark, judged over process runs against the baseline.
 
 Opt-in (``--run-benchmarks`` or ``-m benchmark``): timings belong on a quiet machine,
-not in every CI run. Compare only at equal batch size and precision (NPU_NOTES.md):
+not in every CI run. Compare only at equal batch size and precision (docs/design.md):
 the workload, shapes, dtype and batch are part of each record id. The verdict: Note
 [Bench verdict] in :mod:`harness.bench.stats`; several runs: ``--bench-runs K``.
 """

@@ -12,7 +12,7 @@ from harness import dtypes as dt
 from harness.results import lower
 
 DTYPES = [torch.float32, torch.bfloat16]
-TOLERANCE = {torch.float32: 2**-20, torch.bfloat16: 2**-8}  # DESIGN.md, absolute threshold
+TOLERANCE = {torch.float32: 2**-20, torch.bfloat16: 2**-8}  # docs/standards.md, absolute
 
 
 def _max_rel_err(dut: torch.Tensor, ref: torch.Tensor) -> float:
