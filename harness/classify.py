@@ -31,8 +31,10 @@ UNSUPPORTED_PATTERNS: tuple[tuple[str, str], ...] = (
     (r"does not support", "the backend says it does not support it"),
     (r"doesn't support|not yet supported", "torch says it does not support it (yet)"),
     # torch.optim's capturable / fused paths on a device torch has none for ("params and
-    # state_steps must be on supported devices", "Tensors of supported devices")
-    (r"(on|of) supported devices", "torch.optim has no such path for this device"),
+    # state_steps must be on supported devices", "Tensors of supported devices"; torch
+    # 2.1: "params and state_steps must be CUDA or XLA tensors")
+    (r"(on|of) supported devices|state_steps must be CUDA",
+     "torch.optim has no such path for this device"),
     (r"no kernel|is not available for|not compiled with", "the build has no kernel"),
     (r"no (npu|cuda|xpu|mps) implementation", "no device implementation"),
     (r"cannot use reduceop", "the collective backend lacks this reduction"),

@@ -635,6 +635,67 @@ def reference(case: Case, impl: Optional[str], *, seed: int,
                       f"{case.label!r}: {text}") from exc
 
 
+# ------------------------------------------------------------------------ closed forms
+
+def _warm_restarts(t: int, base: float, kw: dict) -> float:
+    t_i, t_cur = kw["T_0"], t
+    while t_cur >= t_i:
+        t_cur, t_i = t_cur - t_i, t_i * kw.get("T_mult", 1)
+    eta_min = kw.get("eta_min", 0.0)
+    return eta_min + (base - eta_min) * (1 + math.cos(math.pi * t_cur / t_i)) / 2
+
+
+def _cosine(t: int, base: float, kw: dict) -> float:
+    eta_min = kw.get("eta_min", 0.0)
+    return eta_min + (base - eta_min) * (1 + math.cos(math.pi * t / kw["T_max"])) / 2
+
+
+def _linear(t: int, base: float, kw: dict) -> float:
+    start, end, total = (kw.get("start_factor", 1 / 3), kw.get("end_factor", 1.0),
+                         kw.get("total_iters", 5))
+    return base * (start + (end - start) * min(t, total) / total)
+
+
+CLOSED_FORMS: dict[str, Callable[[int, float, dict], float]] = {
+    "StepLR": lambda t, base, kw: base * kw.get("gamma", 0.1) ** (t // kw["step_size"]),
+    "MultiStepLR": lambda t, base, kw: base * kw.get("gamma", 0.1) ** sum(
+        m <= t for m in kw["milestones"]),
+    "ExponentialLR": lambda t, base, kw: base * kw["gamma"] ** t,
+    "CosineAnnealingLR": _cosine,
+    "CosineAnnealingWarmRestarts": _warm_restarts,
+    "LinearLR": _linear,
+    "ConstantLR": lambda t, base, kw: base * (kw.get("factor", 1 / 3)
+                                              if t < kw.get("total_iters", 5) else 1.0),
+    "PolynomialLR": lambda t, base, kw: base * (
+        1 - min(t, kw.get("total_iters", 5)) / kw.get("total_iters", 5)) ** kw.get("power", 1.0),
+    "LambdaLR": lambda t, base, kw: base * kw["lr_lambda"](t),
+    "MultiplicativeLR": lambda t, base, kw: base * math.prod(
+        kw["lr_lambda"](k) for k in range(1, t + 1)),
+}
+"""The lr at step ``t`` as torch's documentation writes it, for the schedulers that have
+a closed form (Note [Closed forms])."""
+
+# Note [Closed forms]
+# ~~~~~~~~~~~~~~~~~~~
+# The scheduler check's reference is the same torch scheduler driving the fp64 optimizer
+# outside the DUT scope: it sees a defect of the DUT (a patched scheduler, a kernel that
+# keeps its first lr), not one of torch itself, which both sides share. Where the
+# documentation gives the schedule in closed form, the DUT's schedule is also compared
+# with that formula (:data:`CLOSED_FORMS`), so a torch upgrade that changes a documented
+# schedule is caught as well. Resumed schedules (``last_epoch``) are left out: torch
+# computes them from the groups' current lr, which the closed form does not know.
+
+
+def closed_form(case: Case, steps: int = SCHEDULE_STEPS) -> Optional[list]:
+    """The documented lr sequence of a case (lr used at steps 0..steps), or None."""
+    form = CLOSED_FORMS.get(case.subject)
+    if form is None or "last_epoch" in case.kwargs:
+        return None
+    base = case.optimizer[1]["lr"]
+    base = base.value if isinstance(base, TensorValue) else base
+    return [form(t, base, case.kwargs) for t in range(steps + 1)]
+
+
 # ---------------------------------------------------------------------------- judging
 
 def _rel(a: list, b: list) -> float:
@@ -662,20 +723,21 @@ def update_error(dut: Run, ref: Run, seed: int) -> float:
     return err / max(change, 1e-30)
 
 
-def _seq_rel(a: list, b: list) -> float:
-    worst = 0.0
-    for x, y in zip(a, b):
-        if x is None or y is None:
-            if (x is None) != (y is None):
-                return math.inf
-            continue
-        worst = max(worst, abs(x - y) / max(abs(y), 1e-30))
-    return worst
+def seq_error(a: list, b: list) -> float:
+    """max |a_t - b_t| / max |b_t|: relative to the sequence's scale, so a cosine
+    schedule's lr of ~0 at its end compares by its absolute difference."""
+    if len(a) != len(b) or any((x is None) != (y is None) for x, y in zip(a, b)):
+        return math.inf
+    pairs = [(x, y) for x, y in zip(a, b) if y is not None]
+    if not pairs:
+        return 0.0
+    scale = max(abs(y) for _, y in pairs)
+    return max(abs(x - y) for x, y in pairs) / max(scale, 1e-30)
 
 
 def schedule_error(a: Run, b: Run) -> float:
     """Largest relative difference of the lr and momentum sequences of two runs."""
-    return max(_seq_rel(a.lrs, b.lrs), _seq_rel(a.momenta, b.momenta))
+    return max(seq_error(a.lrs, b.lrs), seq_error(a.momenta, b.momenta))
 
 
 def distance(a: Run, b: Run, seed: int) -> float:
@@ -804,8 +866,8 @@ def table(rows: list[Coverage]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["ALL_CASES", "CLIPPING", "CLIPPING_CASES", "Case", "Coverage", "IMPLS",
+__all__ = ["ALL_CASES", "CLIPPING", "CLIPPING_CASES", "CLOSED_FORMS", "Case", "closed_form", "Coverage", "IMPLS",
            "OPTIMIZERS", "OPTIMIZER_CASES", "OPTION_REASONS", "OnOptimizer", "PATHS",
            "REASONS", "Refused", "Run", "SCHEDULERS", "SCHEDULER_CASES", "SENSITIVITY",
            "TensorValue", "coverage", "distance", "documented", "exercised", "impls_for", "option_sensitivity",
-           "outside_family", "reference", "refusal", "run", "schedule_error", "update_error", "sensitivity", "table"]
+           "outside_family", "reference", "refusal", "run", "schedule_error", "seq_error", "update_error", "sensitivity", "table"]

@@ -9,7 +9,8 @@ DUT scope (the cases and their coverage: ``harness/training/optim_options.py``;
   fp64 fed the same gradients, the state stays in the parameters' dtype, finite, on
   their device; differentiable steps also give the same gradient through the step;
 - schedulers drive a DUT optimizer: the lr (and momentum) of every step and the
-  parameters match the same scheduler driving the fp64 reference optimizer;
+  parameters match the same scheduler driving the fp64 reference optimizer, and the lr
+  matches the documented closed form where there is one;
 - clipping: the norm and the clipped gradients match fp64, for norm types 1, 2, 3 and
   inf, foreach on and off; non-finite gradients raise exactly when the reference does.
 
@@ -76,18 +77,30 @@ def test_scheduler(device, results, settings, case):
         return _unsupported(results, record_id, exc)
     sched_err, update_err = oo.schedule_error(dut, ref), oo.update_error(dut, ref, seed)
     worst = max(range(len(ref.lrs)), key=lambda t: abs(dut.lrs[t] - ref.lrs[t]))
+    # Note [Closed forms]: the documented schedule, where there is one
+    documented = oo.closed_form(case)
+    form_err = oo.seq_error(dut.lrs, documented) if documented else None
+    metrics = {"rel_schedule_err": sched_err, "rel_update_err": update_err}
+    rules = {"rel_schedule_err": lower(rel=4.0, abs=oo.SCHEDULE_LIMIT / 10),
+             "rel_update_err": lower(rel=4.0, abs=oo.PARAM_LIMIT / 10)}
+    if form_err is not None:
+        metrics["rel_closed_form_err"] = form_err
+        rules["rel_closed_form_err"] = lower(rel=4.0, abs=oo.SCHEDULE_LIMIT / 10)
+    form_text = ("" if form_err is None else
+                 f"; lr differs from the documented closed form by {form_err:.3g} "
+                 f"(allowed {oo.SCHEDULE_LIMIT:g})")
     results.check(
-        record_id, ok=sched_err <= oo.SCHEDULE_LIMIT and update_err <= oo.PARAM_LIMIT,
-        metrics={"rel_schedule_err": sched_err, "rel_update_err": update_err},
-        rules={"rel_schedule_err": lower(rel=4.0, abs=oo.SCHEDULE_LIMIT / 10),
-               "rel_update_err": lower(rel=4.0, abs=oo.PARAM_LIMIT / 10)},
-        info={"lr": dut.lrs, "ref_lr": ref.lrs, "momentum": dut.momenta},
+        record_id, ok=(sched_err <= oo.SCHEDULE_LIMIT and update_err <= oo.PARAM_LIMIT
+                       and (form_err or 0.0) <= oo.SCHEDULE_LIMIT),
+        metrics=metrics, rules=rules,
+        info={"lr": dut.lrs, "ref_lr": ref.lrs, "documented_lr": documented,
+              "momentum": dut.momenta},
         message=f"{oo.subject_name(case.subject)}({oo._describe(case.kwargs)}) driving "
                 f"{case.optimizer[0]} on {device.type}: lr/momentum differ from the "
                 f"reference schedule by {sched_err:.3g} (allowed {oo.SCHEDULE_LIMIT:g}; "
                 f"worst at step {worst}: lr {dut.lrs[worst]:.6g} vs {ref.lrs[worst]:.6g}), "
                 f"parameters by {update_err:.3g} of the largest update (allowed "
-                f"{oo.PARAM_LIMIT:g})")
+                f"{oo.PARAM_LIMIT:g}){form_text}")
 
 
 @pytest.mark.parametrize("case", oo.CLIPPING_CASES,
