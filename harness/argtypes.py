@@ -8,6 +8,7 @@ happen inside the function that needs them.
 from __future__ import annotations
 
 import argparse
+import math
 import re
 
 
@@ -22,20 +23,48 @@ def non_negative_int(text: str) -> int:
 
 
 def positive_int(text: str) -> int:
-    value = non_negative_int(text)
-    if value == 0:
+    try:
+        value = int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} must be >= 1")
     return value
 
 
 def positive_float(text: str) -> float:
+    """A finite number > 0 (``inf`` and ``nan`` are refused: nothing downstream can wait
+    or budget forever)."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
     return value
+
+
+def seconds_up_to(limit: float):
+    """A ``type=`` for a timeout: a number of seconds in (0, ``limit``]. A timeout past
+    what the waiting code can represent (``threading.TIMEOUT_MAX``, a C ``double`` turned
+    into nanoseconds) fails inside the child processes, far from the option."""
+    def seconds(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+        if not 0 < value <= limit:  # nan fails this too
+            raise argparse.ArgumentTypeError(f"{text!r} is out of range: give seconds in "
+                                             f"(0, {limit:g}]")
+        return value
+
+    seconds.__name__ = "seconds"  # argparse's "invalid <name> value" message
+    return seconds
+
+
+DAY = 86400.0
 
 
 def stack_id(text: str) -> str:

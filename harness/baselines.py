@@ -10,6 +10,8 @@ file that belongs to another stack.
 from __future__ import annotations
 
 import dataclasses
+import os
+import re
 from pathlib import Path
 from typing import Optional, Union
 
@@ -44,12 +46,36 @@ def path_for(root: Union[str, Path], fingerprint: dict, stack_id: Optional[str] 
     return device_dir(root, fingerprint) / f"{stack_id or fingerprint['stack_id']}.json"
 
 
+def listable(folder: Union[str, Path], what: str = "baseline folder") -> bool:
+    """Whether ``folder`` is a folder that can be listed; False when it does not exist.
+
+    Raises :class:`BaselineError` when something is there but cannot be read (a symlink
+    loop, a file, no permission): "nothing stored" would then be a lie, and a compare run
+    would say GO against nothing.
+    """
+    folder = Path(folder)
+    if not os.path.lexists(folder):
+        return False
+    try:
+        if not folder.is_dir():
+            raise NotADirectoryError(20, "not a folder (or a symlink loop / dangling link)")
+        os.listdir(folder)
+    except OSError as exc:
+        raise BaselineError(f"cannot read the {what} {folder}: {exc.strerror}; fix its "
+                            "permissions or the link, or point --baseline-dir at another "
+                            "store") from None
+    return True
+
+
 def stored_stacks(root: Union[str, Path], fingerprint: dict) -> list[str]:
-    """Stack ids stored for this device and stack kind, oldest first."""
+    """Stack ids stored for this device and stack kind, oldest first (raises
+    :class:`BaselineError` for a folder that exists but cannot be read)."""
     prefix, _ = split_stack_id(fingerprint["stack_id"])
     folder = device_dir(root, fingerprint)
+    listable(root, "baseline store")
+    listable(folder.parent)
     ids = []
-    for path in folder.glob("*.json") if folder.is_dir() else ():
+    for path in folder.glob("*.json") if listable(folder) else ():
         try:
             if split_stack_id(path.stem)[0] == prefix:
                 ids.append(path.stem)
@@ -61,9 +87,32 @@ def stored_stacks(root: Union[str, Path], fingerprint: dict) -> list[str]:
 def stored_anywhere(root: Union[str, Path]) -> list[str]:
     """Every stored baseline as ``<type>/<slug>/<stack_id>`` (for NOT COMPARED lines)."""
     root = Path(root)
-    if not root.is_dir():
+    try:
+        if not listable(root, "baseline store"):
+            return []
+    except BaselineError:
         return []
     return sorted(str(p.relative_to(root).with_suffix("")) for p in root.glob("*/*/*.json"))
+
+
+def unreadable(root: Union[str, Path]) -> list[str]:
+    """One line per folder of the store that exists but cannot be read (``baseline list``,
+    the doctor): the store itself, a device type's folder or a device's."""
+    root = Path(root)
+    problems = []
+    try:
+        if not listable(root, "baseline store"):
+            return []
+    except BaselineError as exc:
+        return [str(exc)]
+    for folder in sorted(root.glob("*")) + sorted(root.glob("*/*")):
+        if folder.name.startswith("."):
+            continue
+        try:
+            listable(folder)
+        except BaselineError as exc:
+            problems.append(str(exc))
+    return problems
 
 
 def select(root: Union[str, Path], fingerprint: dict,
@@ -73,6 +122,10 @@ def select(root: Union[str, Path], fingerprint: dict,
     A missing baseline is a note (``path=None``); a corrupt one sets ``error``.
     """
     current = fingerprint["stack_id"]
+    try:
+        stored_stacks(root, fingerprint)
+    except BaselineError as exc:
+        return Selection(None, str(exc), error=str(exc))
     if against:
         path = path_for(root, fingerprint, against)
         if not path.is_file():
@@ -170,8 +223,10 @@ def _merge_into(path: Path, run: RunResults) -> None:
         try:
             existing = results_mod.load(path)
         except SchemaError as exc:
-            raise BaselineError(f"refusing to record over an unreadable baseline: {exc}. "
-                                f"Move {path} aside first") from exc
+            cause = re.split(r"\. (?:Re-record|Restore)", str(exc))[0]
+            raise BaselineError(f"refusing to record over an unreadable baseline: {cause}. "
+                                f"Move it aside (mv {path} {path}.bad) and record again; "
+                                "the file is unchanged") from exc
         stored = existing.fingerprint.get("stack_id")
         if stored != run.fingerprint["stack_id"]:
             raise BaselineError(f"refusing to overwrite {path}: it holds stack {stored!r}, "
@@ -182,7 +237,9 @@ def _merge_into(path: Path, run: RunResults) -> None:
         merged.started = min(filter(None, (existing.started, run.started)), default="")
     for record_id, rec in run.records.items():
         merged.records[record_id] = _merge_runs(merged.records.get(record_id), rec)
-    results_mod.write(merged, path)
+    # a symlinked baseline (a shared store) is written through the link: its target is
+    # replaced atomically and the link stays
+    results_mod.write(merged, Path(os.path.realpath(path)))
 
 
 RUNS_KEY = "runs"

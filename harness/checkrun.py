@@ -25,7 +25,7 @@ from typing import Iterable, Optional
 
 from harness import regress
 from harness.device import Unsupported, missing_kernel
-from harness.recorder import FAILING, auto_record_id, reproduce_command
+from harness.recorder import FAILING, auto_record_id, reproduce_of
 from harness.results import Record
 from harness.session import RunState
 
@@ -105,7 +105,7 @@ def conclude_check(nodeid: str, records: Iterable[Record], error: Optional[BaseE
         ("regression",)  # Note [Review or regression]
     regressions = [f for f in end.findings if f.kind in failing_kinds]
     if regressions:
-        reproduce = reproduce_command(nodeid, state.device.type, state.settings.seed)
+        reproduce = reproduce_of(nodeid, state.device.type, state.settings)
         end.failures.append(regress.failure_message(regressions, reproduce))
     return end
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
@@ -60,10 +61,17 @@ def _cmd_baseline(args: argparse.Namespace) -> int:
 
     root = Path(args.dir) if args.dir is not None else ROOT / "baselines"
     if args.action == "list":
-        paths = sorted(root.glob("*/*/*.json"),
+        from harness.baselines import unreadable
+
+        problems = unreadable(root)
+        for problem in problems:
+            print(f"error: {problem}")
+        paths = sorted((p for p in root.glob("*/*/*.json") if _stack_like(p.stem)),
                        key=lambda p: (p.parent.parent.name, p.parent.name, stack_sort_key(p.stem)))
-        if not paths:
+        if not paths and not problems:
             print(f"no baselines under {root}")
+        if problems:
+            return 1
         bad = 0
         for path in paths:
             try:
@@ -99,13 +107,44 @@ def _cmd_baseline(args: argparse.Namespace) -> int:
     return _cmd_diff(args)
 
 
+def _stack_like(name: str) -> bool:
+    from harness.stack import split_stack_id
+
+    try:
+        split_stack_id(name)
+    except ValueError:
+        return False
+    return True
+
+
 def _store_of(path: Path) -> Optional[Path]:
     """The store root of ``<root>/<device_type>/<device_slug>/<stack_id>.json``."""
     return path.resolve().parent.parent.parent if path.suffix == ".json" else None
 
 
+def _check_report_outputs(args: argparse.Namespace, *inputs: Optional[str]) -> None:
+    """``--html``/``--md`` checked before anything is read: a file path in an existing,
+    writable folder, and none of the files the command reads (Note [Outputs never
+    overwrite inputs] in harness/guards.py)."""
+    from harness.guards import GuardError, check_output_file
+
+    reads = {os.path.realpath(p) for p in inputs if p}
+    for flag, value in (("--html", getattr(args, "html", None)),
+                        ("--md", getattr(args, "md", None))):
+        if not value:
+            continue
+        if os.path.realpath(value) in reads:
+            raise SystemExit(f"error: {flag} {value} is a file this command reads; write "
+                             "the report to another path")
+        try:
+            check_output_file(flag, Path(value))
+        except GuardError as exc:
+            raise SystemExit(f"error: {exc}") from None
+
+
 def _cmd_diff(args: argparse.Namespace) -> int:
     """``baseline diff A B``: the report of B against A (Note in harness.report)."""
+    _check_report_outputs(args, args.a, args.b)
     given = {name: Path(name) for name in (args.a, args.b)
              if Path(name).suffix == ".json" and Path(name).is_file()}
     if args.dir is not None:
@@ -127,7 +166,11 @@ def _write_report(run, base, base_name: str, args: argparse.Namespace,
 
     model = report.build(run, base, baseline_name=base_name, not_compared=not_compared,
                          baseline_reason=reason)
-    written = report.write(model, args.html, args.md) if (args.html or args.md) else []
+    try:
+        written = report.write(model, args.html, args.md) if (args.html or args.md) else []
+    except OSError as exc:
+        raise SystemExit(f"error: cannot write the report ({exc}); give --html/--md a file "
+                         "path in a writable folder") from None
     if args.html:
         model.path = str(args.html)
     for line in report.terminal_lines(model, limit=args.limit):
@@ -143,9 +186,10 @@ def _write_report(run, base, base_name: str, args: argparse.Namespace,
 def _cmd_report(args: argparse.Namespace) -> int:
     from harness import baselines
 
-    run = _load(Path(args.results))
     if args.against and args.stack:
         raise SystemExit("error: give --against FILE or --stack STACK_ID, not both")
+    _check_report_outputs(args, args.results, args.against)
+    run = _load(Path(args.results))
     if args.against:
         path = Path(args.against)
         if not path.is_file():
@@ -162,8 +206,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
             return _write_report(run, None, "", args, "the results name no baseline; give "
                                  "--against, --stack or --baseline-dir")
     selection = baselines.select(root, run.fingerprint, args.stack)
-    if selection.error:
-        raise SystemExit(f"error: {selection.error}")
+    if selection.error:  # baselines speaks of the pytest option; this command's is --stack
+        raise SystemExit("error: " + selection.error.replace("--baseline-against", "--stack"))
     if selection.results is None:
         return _write_report(run, None, "", args, selection.reason)
     return _write_report(run, selection.results, selection.stack_id or "", args,
@@ -424,6 +468,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+RUNS_FAULTS = ("faults", "model", "bench-eval")
+"""Commands that run the DUT, so a bad ``HARNESS_FAULTS`` is their usage error."""
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "run":  # pytest's arguments, as given
@@ -441,4 +489,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             parser.error(f"baseline {args.action} needs a stack id or path")
         if args.action == "diff" and not args.b:
             parser.error("baseline diff needs two: A (older) and B (newer)")
-    return int(args.func(args) or 0)
+    if args.command in RUNS_FAULTS and os.environ.get("HARNESS_FAULTS"):
+        from harness import faults
+
+        try:
+            faults.check_env()
+        except faults.FaultError as exc:
+            parser.error(str(exc))
+    try:
+        return int(args.func(args) or 0)
+    except BrokenPipeError:
+        # the reader went away (`| head`): not an error of this command; stdout is
+        # pointed at /dev/null so the interpreter's final flush does not fail again
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a tool killed by the broken pipe exits with

@@ -135,7 +135,8 @@ def _baseline_finding(fp: dict, baseline_dir) -> Check:
     selection = baselines.select(baseline_dir, fp)
     target = baselines.path_for(baseline_dir, fp)
     if selection.error:
-        return Check(FAIL, "baseline", f"{selection.path}: unusable: {selection.error}",
+        where = f"{selection.path}: " if selection.path is not None else ""
+        return Check(FAIL, "baseline", f"{where}unusable: {selection.error}",
                        "restore it from version control or re-record it with --baseline record")
     if selection.results is None:
         stored = baselines.stored_anywhere(baseline_dir)
@@ -148,6 +149,7 @@ def _baseline_finding(fp: dict, baseline_dir) -> Check:
 
 def main(device: str = "auto", as_json: bool = False, baseline_dir=None) -> int:
     findings, usable = run_checks(device, baseline_dir)
+    failed = [f for f in findings if f.status == FAIL]
     if as_json:
         print(json.dumps({"device": device, "usable": usable,
                           "findings": [dataclasses.asdict(f) for f in findings]}, indent=1))
@@ -156,4 +158,6 @@ def main(device: str = "auto", as_json: bool = False, baseline_dir=None) -> int:
             print(finding.text())
         verdict = "usable" if usable else "NOT usable"
         print(f"requested device {device}: {verdict}")
-    return 0 if usable else 1
+        if usable and failed:
+            print(f"{len(failed)} check(s) FAIL (fix them as the lines above say)")
+    return 0 if usable and not failed else 1

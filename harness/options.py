@@ -76,9 +76,11 @@ OPTIONS: list[tuple[tuple[str, ...], OptionKwargs]] = [
                                  help="Training scale: small (CPU-sized models and step "
                                       "counts) or full (ResNet-18 proper, longer runs). "
                                       "Default: %(default)r")),
-    (("--dist-timeout",), dict(default=120.0, metavar="SECONDS", type=argtypes.positive_float,
+    (("--dist-timeout",), dict(default=120.0, metavar="SECONDS",
+                               type=argtypes.seconds_up_to(argtypes.DAY),
                                help="Kill a distributed check's ranks after this long and "
-                                    "fail naming the hung ranks. Default: %(default)r")),
+                                    "fail naming the hung ranks (at most 86400). Default: "
+                                    "%(default)r")),
     (("--bench-runs",), dict(default=1, metavar="K", type=argtypes.positive_int,
                              help="Repeat the selected benchmarks in K fresh processes (this "
                                   "one and K-1 children) and judge all K runs (record: store "
@@ -122,6 +124,12 @@ def settings_from(values: Mapping[str, Any], *, root: Path, here: Path,
     if values["baseline"] == "record" and values["baseline_against"]:
         raise OptionsError("--baseline record writes this stack's own baseline and cannot "
                            "be combined with --baseline-against; drop one")
+    if values["baseline"] == "off" and values["baseline_against"]:
+        raise OptionsError("--baseline-against names a baseline to compare with, but "
+                           "--baseline off compares nothing; drop one")
+    if values["model_input"] and not values["model"]:
+        raise OptionsError("--model-input gives the input shapes of --model, and no --model "
+                           "was given; add --model PKG.MOD:FACTORY or drop --model-input")
     alerts = alerts_paths((here / values["alerts"]).resolve())[0] if values["alerts"] else None
     return Settings(
         device_request=values["device"], baseline_mode=values["baseline"],

@@ -19,7 +19,8 @@ from typing import Optional
 
 import pytest
 
-from harness import checkrun, hypothesis_profiles, known_failures, layout, options
+from harness import (checkrun, guards, hypothesis_profiles, known_failures, layout, options,
+                     stopping)
 from harness import session as harness_session
 from harness.device import Device, xdist_worker_index
 from harness.recorder import Recorder, seed_for, suite_area
@@ -154,14 +155,23 @@ def pytest_configure(config: pytest.Config) -> None:
             root=layout.outputs_home(config.rootpath, config.invocation_params.dir),
             here=config.invocation_params.dir,
             markexpr=config.getoption("markexpr", "") or "")
-        config.stash[STATE] = harness_session.start(
+        state = harness_session.start(
             settings, worker=xdist_worker_index(), controller=not hasattr(config, "workerinput"))
     except (hypothesis_profiles.ProfileError, options.OptionsError,
             harness_session.SetupError) as exc:
         raise pytest.UsageError(str(exc)) from None
+    if state.controller:
+        try:
+            guards.check_session(state)  # Note [Outputs never overwrite inputs]
+        except guards.GuardError as exc:
+            harness_session.finish(state)
+            raise pytest.UsageError(str(exc)) from None
+        stopping.install(config)
+    config.stash[STATE] = state
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    stopping.uninstall(config)
     state = config.stash.get(STATE, None)
     if state is not None:
         harness_session.finish(state)
@@ -209,6 +219,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     opt_in = {"slow": (state.settings.run_slow if state else False, "--run-slow (or -m slow)"),
               "benchmark": (state.settings.run_benchmarks if state else False,
                             "--run-benchmarks (or -m benchmark)")}
+    problem = guards.check_model_selected(
+        state.settings.models if state else (), (item.path for item in items),
+        config.rootpath)
+    if problem is not None and state is not None and state.controller:
+        raise pytest.UsageError(problem)
     for item in items:
         if _in_suites(item):
             item.add_marker(pytest.mark.npu)

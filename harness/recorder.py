@@ -54,11 +54,24 @@ def suite_area(path: Path, rootpath: Path) -> Optional[str]:
     return parts[1] if len(parts) > 2 and parts[0] == SUITES_DIR else None
 
 
-def reproduce_command(nodeid: Union[str, Sequence[str]], device_type: str, seed: int) -> str:
+def reproduce_command(nodeid: Union[str, Sequence[str]], device_type: str, seed: int, *,
+                      faults: Sequence[str] = (), baseline_dir: Any = None) -> str:
     """A one-line command that runs one check (or these checks) alone, on the same device
-    with the same seed."""
+    with the same seed, the same injected faults and the same baseline store (without
+    them a fault run's line would rerun green, or compare with another baseline)."""
     nodes = " ".join(f"'{n}'" for n in ([nodeid] if isinstance(nodeid, str) else nodeid))
-    return f"python -m pytest {nodes} --device {device_type} --seed {seed}"
+    line = f"python -m pytest {nodes} --device {device_type} --seed {seed}"
+    line += "".join(f" --inject-fault '{name}'" for name in faults)
+    if baseline_dir is not None:
+        line += f" --baseline-dir='{baseline_dir}'"
+    return line
+
+
+def reproduce_of(nodeid: Union[str, Sequence[str]], device_type: str, settings: Any) -> str:
+    """:func:`reproduce_command` with the run's settings (seed, faults, baseline store)."""
+    return reproduce_command(nodeid, device_type, settings.seed,
+                             faults=getattr(settings, "faults", ()),
+                             baseline_dir=getattr(settings, "baseline_dir", None))
 
 
 class Recorder:
@@ -81,7 +94,7 @@ class Recorder:
     @property
     def reproduce(self) -> str:
         """A one-line command that runs this check alone, same device and seed."""
-        return reproduce_command(self.nodeid, self.device.type, self.settings.seed)
+        return reproduce_of(self.nodeid, self.device.type, self.settings)
 
     def record(self, record_id: str, *, status: str = "pass",
                metrics: Optional[dict] = None, rules: Optional[dict] = None,

@@ -326,6 +326,7 @@ class RunResults:
         records = data.get("records")
         if not isinstance(records, dict):
             raise SchemaError("records is missing or not an object")
+        _check_types(data)
         return cls(fingerprint=fingerprint,
                    records={rid: Record.from_json(rid, rec) for rid, rec in records.items()},
                    started=data.get("started", ""), finished=data.get("finished", ""),
@@ -333,6 +334,39 @@ class RunResults:
                    findings=data.get("findings", []), baseline=data.get("baseline"),
                    faults=data.get("faults", []), complete=data.get("complete", True) is not False,
                    verdict=data.get("verdict"))
+
+
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "started": (str,), "finished": (str,), "seed": (int, type(None)), "outcomes": (dict,),
+    "findings": (list,), "baseline": (str, type(None)), "faults": (list,),
+    "complete": (bool,), "verdict": (dict, type(None))}
+
+
+def _check_types(data: dict) -> None:
+    """The top-level fields' types, and a fingerprint whose ids are usable (a
+    ``stack_id`` of ``"garbage"`` would fail every reader that sorts stacks)."""
+    from harness.stack import split_stack_id
+
+    for key, types in _FIELD_TYPES.items():
+        if key in data and not isinstance(data[key], types):
+            raise SchemaError(f"{key} is a {type(data[key]).__name__}; expected "
+                              f"{' or '.join(t.__name__ for t in types)}")
+    fingerprint = data["fingerprint"]
+    for key in ("device_type", "stack_id", "device_slug"):
+        if key in fingerprint and not isinstance(fingerprint[key], str):
+            raise SchemaError(f"fingerprint {key} is not a string")
+    try:
+        split_stack_id(fingerprint["stack_id"])
+    except ValueError as exc:
+        raise SchemaError(f"fingerprint: {exc}") from None
+    for key, value in data.get("outcomes", {}).items():
+        if not isinstance(value, str):
+            raise SchemaError(f"outcome of {key!r} is not a string")
+    for record in data["records"].values():
+        if isinstance(record, dict):
+            for key in ("suite", "test", "message", "status"):
+                if key in record and not isinstance(record[key], str):
+                    raise SchemaError(f"a record's {key} is not a string")
 
 
 # ------------------------------------------------------------------------------ I/O
@@ -438,10 +472,44 @@ def write(results: RunResults, path: Union[str, Path]) -> Path:
     return Path(path)
 
 
+MAX_BYTES_ENV = "HARNESS_MAX_RESULTS_MB"
+DEFAULT_MAX_MB = 64
+"""Largest results/baseline file :func:`load` reads (a full run's is a few MB): a bigger one
+is refused before it is read, instead of taking memory several times its size."""
+
+
+def max_bytes() -> int:
+    """The size cap of :func:`load`: ``HARNESS_MAX_RESULTS_MB`` (MB), default 64."""
+    text = os.environ.get(MAX_BYTES_ENV, "")
+    try:
+        mb = float(text) if text else DEFAULT_MAX_MB
+    except ValueError:
+        raise SchemaError(f"{MAX_BYTES_ENV}={text!r} is not a number of megabytes") from None
+    return int(mb * 1024 * 1024) if math.isfinite(mb) and mb > 0 else DEFAULT_MAX_MB << 20
+
+
+# Note [Loaders never crash]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~
+# A results or baseline file comes from disk: truncated, hand-edited, another tool's, or
+# hostile. :func:`load` turns every way it can be wrong into a SchemaError naming the file
+# and the fix, and the CLI and plugin turn that into one line: bad JSON (with the line),
+# JSON nested deeper than the parser recurses (RecursionError), a file over the size cap,
+# and any value of the wrong type (a TypeError/ValueError while building the objects,
+# caught here, so each field need not be guarded by hand). tests/test_loaders.py feeds
+# arbitrary JSON to every loader and accepts nothing but a clean load or a SchemaError.
+
+
 def load(path: Union[str, Path]) -> RunResults:
-    """Read a results/baseline file; errors name the file and, for bad JSON, the line."""
+    """Read a results/baseline file; errors name the file and, for bad JSON, the line
+    (Note [Loaders never crash])."""
     path = Path(path)
     try:
+        size, cap = path.stat().st_size, max_bytes()
+        if size > cap:
+            raise SchemaError(f"{path}: {size / 2**20:.0f} MB, over the {cap / 2**20:.0f} MB "
+                              f"a results file may have (a full run's is a few MB): not read. "
+                              f"Check it is a harness results file, or raise the cap with "
+                              f"{MAX_BYTES_ENV}=<MB>")
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise SchemaError(f"{path}: cannot read ({exc.strerror})") from exc
@@ -453,6 +521,9 @@ def load(path: Union[str, Path]) -> RunResults:
                           "--baseline record") from exc
     try:
         data = json.loads(text)
+    except RecursionError:
+        raise SchemaError(f"{path}: JSON nested too deeply to be a results file. Restore it "
+                          "from version control or re-record it with --baseline record") from None
     except json.JSONDecodeError as exc:
         hint = " (the file ends early: truncated?)" if exc.pos >= len(text.rstrip()) else ""
         raise SchemaError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}{hint}. "
@@ -462,6 +533,8 @@ def load(path: Union[str, Path]) -> RunResults:
         return RunResults.from_json(data, source=str(path))
     except NewerSchemaError:
         raise  # it is a results file: the fix is a newer harness, not re-recording
-    except SchemaError as exc:
-        raise SchemaError(f"{path}: not a harness results file: {exc}. Re-record it with "
+    except (SchemaError, TypeError, ValueError, AttributeError, RecursionError) as exc:
+        what = str(exc) if isinstance(exc, SchemaError) else \
+            f"a value of the wrong type ({type(exc).__name__}: {exc})"
+        raise SchemaError(f"{path}: not a harness results file: {what}. Re-record it with "
                           "--baseline record, or point --baseline-dir elsewhere") from exc

@@ -123,7 +123,10 @@ def start(settings: Settings, *, worker: Optional[int], controller: bool) -> Run
     """
     from harness import faults
 
-    previous = [fault.name for fault in faults.active()]
+    try:
+        previous = [fault.name for fault in faults.active()]
+    except faults.FaultError as exc:
+        raise SetupError(faults.env_error(exc)) from None
     try:
         faults.set_active(settings.faults)
     except faults.FaultError as exc:
@@ -277,8 +280,8 @@ def _write_results(state: RunState) -> None:
             state.written.append(f"results: removed {len(pruned)} older run(s) (--keep-results "
                                  f"{settings.keep_results})")
     except OSError as exc:
-        state.errors.append(f"cannot write results to {settings.results_dir}: {exc}; pass a "
-                            "writable --results-dir")
+        state.errors.append(f"cannot write results to {settings.results_dir}: {exc}; free "
+                            "space there or pass a writable --results-dir")
 
 
 def _record_baseline(state: RunState, complete: bool) -> None:
@@ -290,8 +293,13 @@ def _record_baseline(state: RunState, complete: bool) -> None:
     try:
         path = baselines.record(settings.baseline_dir, run)
         state.written.append(f"baseline recorded: {path} ({len(run.records)} records)")
-    except (baselines.BaselineError, OSError) as exc:
+    except baselines.BaselineError as exc:
         state.errors.append(f"baseline not recorded: {exc}")
+    except OSError as exc:  # a full disk, a read-only store: the old file is unchanged
+        target = baselines.path_for(settings.baseline_dir, run.fingerprint)
+        state.errors.append(f"baseline not recorded to {target}: {exc.strerror or exc}; the "
+                            "stored baseline is unchanged. Free space or make the store "
+                            "writable (or pass another --baseline-dir) and record again")
 
 
 def _write_alerts(state: RunState) -> None:

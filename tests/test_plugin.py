@@ -106,7 +106,8 @@ def test_metric_drift_is_review_exit_0_and_names_everything(project):
         "1 group(s) to look at (1 finding lines), worst first:",
         "  ?beyond its baseline rule? demo/metric/float32: err 0.001 -> 0.005 (5x) ?lower is "
         "better, ratio 2, floor 1e-06?",
-        "      python -m pytest 'suites/demo/test_demo.py::test_metric' --device cpu --seed 0",
+        "      python -m pytest 'suites/demo/test_demo.py::test_metric' --device cpu --seed 0 "
+        "--baseline-dir=*",
     ])
     alerts = json.loads((project.path / "alerts.json").read_text())
     assert alerts["verdict"] == "review"

@@ -36,7 +36,15 @@ def test_check_failing_records_fail_with_the_message_and_the_reproduce_line():
                             metrics={"bad": 3}, rules={"bad": lower()}, info={"k": 1})
     assert rec.status == "fail" and rec.metrics == {"bad": 3} and rec.info == {"k": 1}
     assert rec.message == ("3 of 8 elements differ\nreproduce: python -m pytest "
-                           f"'{NODE}' --device cpu --seed 5")
+                           f"'{NODE}' --device cpu --seed 5 --baseline-dir='baselines'")
+
+
+def test_the_reproduce_line_keeps_the_faults_and_the_baseline_store():
+    """A fault run's line reruns red: the faults and the store it compared with go along."""
+    settings = Settings(seed=5, faults=("example.relu_leaks",), baseline_dir=Path("/tmp/B"))
+    rec = Recorder(NODE, CPU, settings, seed=5).check("example/x", False, "leaks")
+    assert rec.message.endswith("--seed 5 --inject-fault 'example.relu_leaks' "
+                                "--baseline-dir='/tmp/B'")
 
 
 def test_check_passing_records_pass_without_a_message():
@@ -47,7 +55,8 @@ def test_check_passing_records_pass_without_a_message():
 def test_outcome_adds_the_reproduce_line_and_its_narrowing_options_to_any_status_but_pass():
     recorder = _recorder()
     rec = recorder.outcome("ops/x/a", "error", "boom", reproduce_args="--op-filter '^x$'")
-    assert rec.message.endswith("--seed 5 --op-filter '^x$'") and rec.status == "error"
+    assert rec.message.endswith("--baseline-dir='baselines' --op-filter '^x$'")
+    assert rec.status == "error"
     assert recorder.outcome("ops/x/b", "pass", "ignored").message == ""
 
 

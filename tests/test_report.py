@@ -404,6 +404,7 @@ def test_report_option_writes_html_and_markdown_at_session_end(pytester):
     check.write_text(CHECK.format(value=1e-3))
     pytester.runpytest("--device", "cpu", "--baseline", "record").assert_outcomes(passed=1)
     check.write_text(CHECK.format(value=5e-3))
+    (pytester.path / "out").mkdir()  # an output folder is never created by the run
     result = pytester.runpytest("--device", "cpu", "--report", "out/r.html", "--alerts",
                                 "out/r.json")
     result.assert_outcomes(passed=1)  # a review: the check passes, the run is REVIEW

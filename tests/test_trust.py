@@ -251,13 +251,14 @@ def test_non_utf8_baseline_is_an_error_naming_the_file_and_results_are_written(d
     assert list((demo.path / "results").glob("*.json"))
 
 
-def test_unwritable_alerts_path_is_an_error_and_the_summary_survives(demo):
+def test_unwritable_alerts_path_is_refused_before_the_run(demo):
+    """Note [Outputs never overwrite inputs]: checked before the first test, not after."""
     (demo.path / "ro").write_text("a file, not a folder")
     result = demo.runpytest("--baseline", "off", "--alerts", "ro/a.json")
-    assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.stdout.fnmatch_lines(["VERDICT: NO-GO (1 error(s): cannot write alerts to *",
-                                 "*ERROR cannot write alerts to */ro/a.json*"])
-    assert "INTERNALERROR" not in result.stdout.str()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--alerts */ro/a.json: */ro is not a folder*"])
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    assert not (demo.path / "results").exists()
 
 
 def test_alerts_path_ending_in_md_gets_json_beside_it(demo):

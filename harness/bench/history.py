@@ -169,10 +169,12 @@ def load_runs(results_dir: Union[str, Path], stack: Optional[str] = None,
     from harness.stack import split_stack_id
 
     runs: list[Run] = []
+    skipped: list[str] = []
     for path in sorted(Path(results_dir).glob("*.json")):
         try:
             result = load(path)
-        except SchemaError:
+        except SchemaError as exc:  # one bad file must not hide the others
+            skipped.append(str(exc))
             continue
         fp = result.fingerprint
         values: dict[str, float] = {}
@@ -192,8 +194,10 @@ def load_runs(results_dir: Union[str, Path], stack: Optional[str] = None,
                     values[f"{record_id}:{name}"] = float(value)
         runs.append(Run(str(path), result.started or path.stem, fp.get("stack_id", "?"),
                         f"{fp.get('device_type')}/{fp.get('device_slug')}", values, controls))
+    unread = (f" ({len(skipped)} unreadable file(s) skipped; the first: {skipped[0]})"
+              if skipped else "")
     if not runs:
-        return [], f"no results files in {results_dir}"
+        return [], f"no results files in {results_dir}{unread}"
     runs.sort(key=lambda r: r.started)
     newest = runs[-1]
     kind = split_stack_id(newest.stack_id)[0]
@@ -201,7 +205,7 @@ def load_runs(results_dir: Union[str, Path], stack: Optional[str] = None,
               and split_stack_id(r.stack_id)[0] == kind and (stack is None or r.stack_id == stack)]
     what = (f"{len(chosen)} runs of {newest.device}, stack "
             f"{stack or kind + '*'}, {chosen[0].started} .. {chosen[-1].started}"
-            if chosen else f"no runs of stack {stack} for {newest.device}")
+            if chosen else f"no runs of stack {stack} for {newest.device}") + unread
     return chosen, what
 
 
@@ -247,9 +251,14 @@ def report(rows: list[dict], what: str) -> str:
 def main(results_dir: Union[str, Path], *, stack: Optional[str] = None, as_json: bool = False,
          metrics: bool = True, min_effect: float = DEFAULT_MIN_EFFECT) -> int:
     """``python -m harness history``: print the change points; exit 0 (1: nothing to read)."""
+    if not Path(results_dir).is_dir():
+        print(f"error: {results_dir} is not a folder of results files; give the folder a "
+              "run's --results-dir wrote")
+        return 2
     runs, what = load_runs(results_dir, stack, metrics=metrics)
     if not runs:
-        print(f"history: {what}")
+        print(json.dumps({"what": what, "changes": []}, indent=1) if as_json
+              else f"history: {what}")
         return 1
     try:
         rows = analyse(runs, min_effect=min_effect)

@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
+from harness import stopping
+
 CHILD_ENV = "HARNESS_BENCH_CHILD"
 
 
@@ -79,7 +81,8 @@ def spawn(nodeids: Sequence[str], children: int, *, root: Path, device: str, see
             start = time.monotonic()
             try:
                 proc = subprocess.run(command, cwd=root, env=env, capture_output=True,
-                                      text=True, timeout=timeout)
+                                      text=True, timeout=timeout,
+                                      preexec_fn=stopping.child_preexec())
                 code, tail = proc.returncode, (proc.stdout + proc.stderr)[-2000:]
             except subprocess.TimeoutExpired:
                 code, tail = None, f"killed after {timeout:.0f} s"

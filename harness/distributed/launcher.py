@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
 
+from harness import stopping
 from harness.distributed.outcome import LaunchResult, RankReport
 from harness.distributed.rankfiles import read_json, tail
 from harness.distributed.subcheck import SubCheck
@@ -160,7 +161,7 @@ def _launch_once(plan: list[SubCheck], world_size: int, device, *, timeout: floa
             procs.append(subprocess.Popen(
                 [sys.executable, "-m", "harness.distributed", "--spec", str(spec_path),
                  "--out", str(out)], cwd=str(ROOT), env=rank_env, stdout=log,
-                stderr=subprocess.STDOUT))
+                stderr=subprocess.STDOUT, preexec_fn=stopping.child_preexec()))
         why = _watch(procs, out, timeout, max(timeout, startup_timeout))
         timed_out = why is not None
         if timed_out:

@@ -95,6 +95,24 @@ def active() -> list[Fault]:
     return _active
 
 
+def env_error(exc: Exception) -> str:
+    """The usage error for a bad ``HARNESS_FAULTS`` (read from the environment, so the
+    message must say where the name came from)."""
+    return (f"{ENV_VAR}={os.environ.get(ENV_VAR, '')!r} in the environment: {exc}. Unset "
+            f"{ENV_VAR} (faults for a run are --inject-fault NAME) or set it to known names")
+
+
+def check_env() -> None:
+    """Raise :class:`FaultError` (with :func:`env_error`'s text) when ``HARNESS_FAULTS``
+    names a fault that does not resolve (read from the environment now)."""
+    try:
+        for name in os.environ.get(ENV_VAR, "").split(","):
+            if name:
+                resolve(name)
+    except FaultError as exc:
+        raise FaultError(env_error(exc)) from None
+
+
 @contextlib.contextmanager
 def activated(device) -> Iterator[None]:
     """Enter every active fault for one DUT scope (called by ``Device.scope``)."""
@@ -108,5 +126,5 @@ def activated(device) -> Iterator[None]:
         yield
 
 
-__all__ = ["ENV_VAR", "Fault", "FaultError", "activated", "active", "first_tensor",
-           "patch_attr", "perturb_op", "registry", "resolve", "resolve_attr", "set_active"]
+__all__ = ["ENV_VAR", "Fault", "FaultError", "activated", "active", "check_env", "env_error",
+           "first_tensor", "patch_attr", "perturb_op", "registry", "resolve", "resolve_attr", "set_active"]

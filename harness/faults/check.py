@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
+from harness import stopping
 from harness.faults import ENV_VAR, Fault
 
 
@@ -124,6 +125,7 @@ def _pytest_args(args: Sequence[str], results_dir: Path) -> list[str]:
 def _child(args: list[str], root: str, env: dict, log: str) -> None:
     """A forked run: own session, the run's environment and folder, pytest in-process."""
     os.setsid()
+    stopping.die_with_parent()  # Note [SIGTERM is an interrupt]: ends with the fork server
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
@@ -197,7 +199,7 @@ def _run_forked(context, args: list[str], root: Path, timeout: float,
 def _run_subprocess(args: list[str], root: Path, timeout: float, env: dict) -> tuple[int, str]:
     proc = subprocess.Popen([sys.executable, "-m", "pytest", *args], cwd=root,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            start_new_session=True)
+                            preexec_fn=stopping.child_preexec(new_session=True))
     try:
         output, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

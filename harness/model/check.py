@@ -101,7 +101,13 @@ def check(factory: str, device, *, inputs: Optional[Sequence[TensorSpec]] = None
           stack_id: str = "") -> ModelReport:
     """Load, capture (on the CPU), build and run every case on ``device``, inventory it."""
     spec = load_factory(factory, inputs, target, seed=seed)
-    capture = capture_step(spec, amp=parse_amp(amp), optimizer=optimizer, seed=seed)
+    try:  # on the CPU: a failure here is the model or its inputs, not the DUT
+        capture = capture_step(spec, amp=parse_amp(amp), optimizer=optimizer, seed=seed)
+    except (RuntimeError, ValueError, TypeError, IndexError) as exc:
+        shapes = ", ".join("x".join(map(str, t.shape)) for t in spec.inputs)
+        raise SpecError(f"model {factory}: its training step fails on the CPU with inputs "
+                        f"of shape {shapes}: {type(exc).__name__}: {str(exc).splitlines()[0]}. "
+                        "Give the shapes the model takes (--input), or fix the factory") from None
     built = cases_mod.build_cases(capture)
     start = time.perf_counter()
     results: list[OpOutcome] = []

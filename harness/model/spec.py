@@ -129,6 +129,22 @@ def _as_tuple(value: Any, what: str, factory: str) -> tuple[torch.Tensor, ...]:
     return items
 
 
+def resolve_factory(text: str):
+    """Import ``PKG.MOD`` and return its callable ``FACTORY`` (not called yet)."""
+    check_factory(text)
+    module_name, attr = text.rsplit(":", 1)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise SpecError(f"model {text}: cannot import {module_name!r} ({exc}); is its "
+                        "directory on PYTHONPATH?") from exc
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise SpecError(f"model {text}: {module_name} has no callable {attr!r}"
+                        + (f" (it is a {type(factory).__name__})" if factory is not None else ""))
+    return factory
+
+
 def load_factory(text: str, inputs: Optional[Sequence[TensorSpec]] = None,
                  target: Optional[TensorSpec] = None, *, seed: int = 0) -> ModelSpec:
     """Import ``PKG.MOD``, call ``FACTORY()`` (seeded) and build the example inputs.
@@ -141,17 +157,7 @@ def load_factory(text: str, inputs: Optional[Sequence[TensorSpec]] = None,
             :func:`default_target`).
         seed: seeds the weights (``torch.manual_seed``) and the inputs.
     """
-    check_factory(text)
-    module_name, attr = text.rsplit(":", 1)
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise SpecError(f"model {text}: cannot import {module_name!r} ({exc}); is its "
-                        "directory on PYTHONPATH?") from exc
-    factory = getattr(module, attr, None)
-    if not callable(factory):
-        raise SpecError(f"model {text}: {module_name} has no callable {attr!r}"
-                        + (f" (it is a {type(factory).__name__})" if factory is not None else ""))
+    factory = resolve_factory(text)
     torch.manual_seed(seed)
     made = factory()
     example, made_target = None, None

@@ -45,6 +45,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from harness.recorder import reproduce_command
@@ -317,7 +318,9 @@ def reproduce_line(records: list[Record], run: RunResults) -> str:
     if not tests:
         return ""
     seed = run.seed if run.seed is not None else 0
-    line = reproduce_command(tests, run.fingerprint.get("device_type", "cpu"), seed)
+    store = Path(run.baseline).parent.parent.parent if run.baseline else None
+    line = reproduce_command(tests, run.fingerprint.get("device_type", "cpu"), seed,
+                             faults=run.faults, baseline_dir=store)
     regex = op_filter_for(r.id for r in records)
     if regex:
         line += f" --op-filter '{regex}'"

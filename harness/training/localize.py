@@ -234,9 +234,12 @@ def depth_curve(report: DivergenceReport, width: int = 32) -> str:
                          f"|{_bar(diff.rel_err, width):<{width}}|")
     if report.params:
         first, last = report.params[0], report.params[-1]
-        ratio = first.rel_err / last.rel_err if last.rel_err > 0 else math.inf
+        if last.rel_err > 0:
+            ratio = f"{first.rel_err / last.rel_err:.3g}x"
+        else:  # no ratio of a zero error: say which side is exact
+            ratio = "both exact" if first.rel_err == 0 else "the last layer is exact"
         lines.append(f"first-layer / last-layer gradient error: {first.rel_err:.3g} / "
-                     f"{last.rel_err:.3g} = {ratio:.3g}x ({first.name} vs {last.name})")
+                     f"{last.rel_err:.3g} = {ratio} ({first.name} vs {last.name})")
     return "\n".join(lines)
 
 
