@@ -24,7 +24,6 @@ from typing import Iterable, Optional
 
 from harness import baselines
 
-
 EXAMPLE_NAMES = {"--alerts": "alerts.md", "--report": "report.html"}
 
 

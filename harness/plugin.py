@@ -40,6 +40,7 @@ MARKERS = {
 STATE = pytest.StashKey[RunState]()
 RECORDER = pytest.StashKey[Recorder]()
 SEED = pytest.StashKey[int]()
+SIGTERM_HANDLER = pytest.StashKey[bool]()
 
 hypothesis_profiles.register()  # at import: hypothesis' plugin loads its option early
 
@@ -166,12 +167,13 @@ def pytest_configure(config: pytest.Config) -> None:
         except guards.GuardError as exc:
             harness_session.finish(state)
             raise pytest.UsageError(str(exc)) from None
-        stopping.install(config)
+        config.stash[SIGTERM_HANDLER] = stopping.install()  # Note [SIGTERM is an interrupt]
     config.stash[STATE] = state
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    stopping.uninstall(config)
+    if config.stash.get(SIGTERM_HANDLER, False):
+        stopping.uninstall()
     state = config.stash.get(STATE, None)
     if state is not None:
         harness_session.finish(state)
@@ -352,5 +354,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     if not state.run.records and not state.run.outcomes and not state.errors:
         return  # no conformance check ran (the harness's own tests, --collect-only)
     terminalreporter.section("harness")
+    if stopping.received():  # Note [SIGTERM is an interrupt]
+        terminalreporter.write_line(stopping.MESSAGE, yellow=True, bold=True)
     for text, markup in harness_session.summary_lines(state):
         terminalreporter.write_line(text, **markup)

@@ -8,7 +8,7 @@ plugin installs :func:`install`'s handler in the session's controller, which tur
 first SIGTERM into the ``KeyboardInterrupt`` a Ctrl-C raises, so the session ends the way
 an interrupted one does (Note [Only a completed session records] in
 :mod:`harness.session`): the results so far are written marked ``complete: false``, the
-baseline is not touched, and one line on stderr says so. A second SIGTERM kills at once
+baseline is not touched, and one line of the terminal summary says so (:data:`MESSAGE`). A second SIGTERM kills at once
 (the handler is gone by then), so a scheduler's escalation still works.
 
 Child processes (distributed ranks, benchmark runs, fault runs) are started with
@@ -33,30 +33,37 @@ MESSAGE = ("harness: SIGTERM received: stopping; the results so far are written 
 _previous: dict[int, Any] = {}
 
 
+_received: list[int] = []
+
+
 def _on_sigterm(signum, frame) -> None:
     signal.signal(signal.SIGTERM, _previous.get(id(_on_sigterm), signal.SIG_DFL))
-    try:
-        sys.stderr.write(MESSAGE + "\n")
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
+    _received.append(signum)  # the plugin's summary prints MESSAGE (stderr is captured)
     raise KeyboardInterrupt("SIGTERM")
 
 
-def install(config: Any = None) -> bool:
-    """Handle SIGTERM as an interrupt in this process (main thread only); whether it did."""
+def received() -> bool:
+    """Whether this process was stopped by SIGTERM (the summary then says so)."""
+    return bool(_received)
+
+
+def install() -> bool:
+    """Handle SIGTERM as an interrupt in this process (main thread only). True when this
+    call installed the handler: only then may :func:`uninstall` remove it (a pytest run
+    inside a pytest run must leave the outer one's handler in place)."""
     if threading.current_thread() is not threading.main_thread():
         return False
     current = signal.getsignal(signal.SIGTERM)
     if current is _on_sigterm:
-        return True
+        return False
     _previous[id(_on_sigterm)] = current if current is not None else signal.SIG_DFL
+    _received.clear()
     signal.signal(signal.SIGTERM, _on_sigterm)
     return True
 
 
-def uninstall(config: Any = None) -> None:
-    """Put back the SIGTERM handler :func:`install` replaced (in-process pytest runs)."""
+def uninstall() -> None:
+    """Put back the SIGTERM handler :func:`install` replaced."""
     if threading.current_thread() is not threading.main_thread():
         return
     if signal.getsignal(signal.SIGTERM) is _on_sigterm:
