@@ -6,13 +6,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
 
+import early
 from harness import stopping
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,41 +44,61 @@ def _project(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _pytest(path: Path, *args: str, slow: bool = False) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+def _pytest(path: Path, env: dict, *args: str, slow: bool = False) -> subprocess.Popen:
+    env = dict(env, PYTHONPATH=str(ROOT))
     env.pop("DEMO_SLOW", None)
     if slow:
         env["DEMO_SLOW"] = "1"
     return subprocess.Popen([sys.executable, "-m", "pytest", "-q", *args], cwd=path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
 
 
-def test_sigterm_during_record_writes_partial_results_and_leaves_the_baseline(tmp_path):
-    path = _project(tmp_path)
-    first = _pytest(path, "--baseline", "record", "--baseline-dir", "b")
-    out, _ = first.communicate(timeout=300)
-    assert first.returncode == 0, out
-    [base] = (path / "b").glob("*/*/*.json")
-    digest = hashlib.sha256(base.read_bytes()).hexdigest()
-    for old in (path / "results").glob("*.json"):
-        old.unlink()
+def _sigterm_during_record(env: dict) -> dict:
+    """Record a baseline, start a second record run, SIGTERM it inside its slow check;
+    what it left (Note [Early jobs] in tests/early.py: this waits on child processes)."""
+    path = _project(Path(tempfile.mkdtemp(prefix="harness-sigterm-")))
+    try:
+        first = early.run([sys.executable, "-m", "pytest", "-q", "--baseline", "record",
+                           "--baseline-dir", "b"], cwd=path, timeout=600,
+                          env=dict(env, PYTHONPATH=str(ROOT)))
+        assert first.returncode == 0, first.stdout + first.stderr
+        [base] = (path / "b").glob("*/*/*.json")
+        digest = hashlib.sha256(base.read_bytes()).hexdigest()
+        for old in (path / "results").glob("*.json"):
+            old.unlink()
+        run = _pytest(path, env, "--baseline", "record", "--baseline-dir", "b", slow=True)
+        try:
+            deadline = time.monotonic() + 600
+            while not (path / "started").exists():
+                if run.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(f"the slow check never started: {run.communicate()}")
+                time.sleep(0.1)
+            run.send_signal(signal.SIGTERM)
+            out, _ = run.communicate(timeout=300)
+        finally:
+            if run.poll() is None:
+                os.killpg(run.pid, signal.SIGKILL)
+        saved = [json.loads(p.read_text()) for p in (path / "results").glob("*.json")]
+        return {"rc": run.returncode, "out": out, "saved": saved, "digest_before": digest,
+                "digest_after": hashlib.sha256(base.read_bytes()).hexdigest()}
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
-    run = _pytest(path, "--baseline", "record", "--baseline-dir", "b", slow=True)
-    deadline = time.monotonic() + 300
-    while not (path / "started").exists():
-        assert run.poll() is None and time.monotonic() < deadline, run.communicate()[0]
-        time.sleep(0.1)
-    run.send_signal(signal.SIGTERM)
-    out, _ = run.communicate(timeout=120)
 
-    assert run.returncode == 2, out  # interrupted, as after Ctrl-C
-    assert stopping.MESSAGE in out
-    assert "baseline NOT recorded: the session did not complete" in out
-    [results] = (path / "results").glob("*.json")
-    saved = json.loads(results.read_text())
+SIGTERM_RUN = early.Job("stopping.sigterm_during_record", _sigterm_during_record)
+EARLY = (SIGTERM_RUN,)
+
+
+def test_sigterm_during_record_writes_partial_results_and_leaves_the_baseline():
+    got = early.result(SIGTERM_RUN)
+    assert got["rc"] == 2, got["out"]  # interrupted, as after Ctrl-C
+    assert stopping.MESSAGE in got["out"]
+    assert "baseline NOT recorded: the session did not complete" in got["out"]
+    [saved] = got["saved"]
     assert saved["complete"] is False
     assert "demo/first/float32" in saved["records"]
-    assert hashlib.sha256(base.read_bytes()).hexdigest() == digest
+    assert got["digest_after"] == got["digest_before"]
 
 
 def test_a_child_started_with_child_preexec_dies_with_its_parent(tmp_path):
