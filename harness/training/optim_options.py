@@ -474,10 +474,11 @@ def _state(opt, params) -> dict:
 def _optimizer(name: str, params, options: dict, device, opt_for=None):
     cls = getattr(torch.optim, OPTIMIZERS[name])
     kwargs = {k: _materialize(v, device) for k, v in options.items()}
-    return _step(lambda: cls(params, **kwargs), f"{cls.__name__}({_describe(options)})")
+    return _step(lambda: cls(params, **kwargs), f"{cls.__name__}({describe(options)})")
 
 
-def _describe(options: dict) -> str:
+def describe(options: dict) -> str:
+    """``lr=0.05, nesterov=True``: a case's options as a person reads them."""
     return ", ".join(f"{k}={v.value if isinstance(v, TensorValue) else v!r}"
                      for k, v in options.items() if not isinstance(v, OnOptimizer))
 
@@ -551,7 +552,7 @@ def run_scheduler(case: Case, *, device: Optional[torch.device], seed: int,
     kwargs = {k: _materialize(v, device, opt) for k, v in options.items()}
     if documented(case.subject).get("optimizer", _NO_DEFAULT) is _NO_DEFAULT:
         kwargs["optimizer"] = opt
-    sched = _step(lambda: cls(**kwargs), f"{case.subject}({_describe(options)})")
+    sched = _step(lambda: cls(**kwargs), f"{case.subject}({describe(options)})")
     lrs, momenta = [], []
     for step in range(steps):
         group = opt.param_groups[0]
@@ -598,7 +599,7 @@ def run_clipping(case: Case, *, device: Optional[torch.device], seed: int,
             out = total
     except (RuntimeError, TypeError, ValueError, NotImplementedError) as exc:
         if refusal(exc):
-            raise Refused(f"{case.subject}({_describe(options)}): {refusal(exc)}") from exc
+            raise Refused(f"{case.subject}({describe(options)}): {refusal(exc)}") from exc
         if not isinstance(exc, RuntimeError):
             raise
         return Run([], raised=type(exc).__name__)  # error_if_nonfinite's RuntimeError
@@ -869,5 +870,5 @@ def table(rows: list[Coverage]) -> str:
 __all__ = ["ALL_CASES", "CLIPPING", "CLIPPING_CASES", "CLOSED_FORMS", "Case", "closed_form", "Coverage", "IMPLS",
            "OPTIMIZERS", "OPTIMIZER_CASES", "OPTION_REASONS", "OnOptimizer", "PATHS",
            "REASONS", "Refused", "Run", "SCHEDULERS", "SCHEDULER_CASES", "SENSITIVITY",
-           "TensorValue", "coverage", "distance", "documented", "exercised", "impls_for", "option_sensitivity",
+           "TensorValue", "coverage", "describe", "distance", "documented", "exercised", "impls_for", "option_sensitivity",
            "outside_family", "reference", "refusal", "run", "schedule_error", "seq_error", "update_error", "sensitivity", "table"]

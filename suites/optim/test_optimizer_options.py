@@ -55,7 +55,7 @@ def test_optimizer_option(device, results, settings, case, impl):
                "state_dtypes": equal(), "non_fp32_state": equal(),
                "nonfinite_state": equal(), "misplaced_state": equal()},
         info={"options": {k: repr(v) for k, v in options.items()}, "steps": oo.STEPS},
-        message=f"{oo.subject_name(case.subject)}({oo._describe(options)}) on "
+        message=f"{oo.subject_name(case.subject)}({oo.describe(options)}) on "
                 f"{device.type}: after {oo.STEPS} steps the parameters"
                 f"{' and the gradient through the steps' if dut.leaf_grads else ''} differ "
                 f"from the fp64 reference by {err:.3g} of the largest update (allowed "
@@ -95,7 +95,7 @@ def test_scheduler(device, results, settings, case):
         metrics=metrics, rules=rules,
         info={"lr": dut.lrs, "ref_lr": ref.lrs, "documented_lr": documented,
               "momentum": dut.momenta},
-        message=f"{oo.subject_name(case.subject)}({oo._describe(case.kwargs)}) driving "
+        message=f"{oo.subject_name(case.subject)}({oo.describe(case.kwargs)}) driving "
                 f"{case.optimizer[0]} on {device.type}: lr/momentum differ from the "
                 f"reference schedule by {sched_err:.3g} (allowed {oo.SCHEDULE_LIMIT:g}; "
                 f"worst at step {worst}: lr {dut.lrs[worst]:.6g} vs {ref.lrs[worst]:.6g}), "
@@ -121,7 +121,7 @@ def test_clipping(device, results, settings, case):
         metrics={"rel_err": err, "raised": outcome["dut"]},
         rules={"rel_err": lower(rel=4.0, abs=oo.CLIP_LIMIT / 10), "raised": equal()},
         info={"reference_raised": outcome["reference"]},
-        message=f"{oo.subject_name(case.subject)}({oo._describe(case.kwargs)}) on "
+        message=f"{oo.subject_name(case.subject)}({oo.describe(case.kwargs)}) on "
                 f"{device.type}"
                 f"{' with an inf gradient' if case.nonfinite else ''}: "
                 + (f"{outcome['dut']} where the reference {outcome['reference']}"
