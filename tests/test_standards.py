@@ -54,6 +54,28 @@ def test_every_table_row_names_a_standard():
         assert set(table.values()) <= set(STANDARDS)
 
 
+def _names_an_op(key: str) -> bool:
+    """A catalog row, an aten op, a torch / functional / Tensor callable, or a rounded-bound
+    key (Note [Ties at a rounded bound])."""
+    from harness.ops import BY_NAME
+
+    if key in BY_NAME or key in {f"{op}_rounded_bound" for op in policy.ROUNDED_BOUND_OPS}:
+        return True
+    try:
+        getattr(torch.ops.aten, key)
+        return True
+    except (AttributeError, RuntimeError):
+        return any(hasattr(owner, key) for owner in (torch, torch.nn.functional, torch.Tensor))
+
+
+@pytest.mark.parametrize("table", ["OP_STANDARDS", "GRAD_STANDARDS", "SUMS_OF_PRODUCTS"])
+def test_every_table_key_names_an_op(table):
+    """A misspelt key would silently never match (the op falls back to ``relative``)."""
+    unknown = sorted(k for k in getattr(policy, table) if not _names_an_op(k))
+    assert not unknown, f"{table} keys that name no op: {unknown}"
+    assert not _names_an_op("reul")
+
+
 def test_a_catalog_row_with_an_unknown_standard_is_refused():
     with pytest.raises(ValueError, match=r"OpEntry 'x' grad_standard=: unknown precision "
                                          r"standard 'ulps'"):
