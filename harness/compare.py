@@ -598,8 +598,8 @@ class Floor:
             if p < alpha and abs(excess) >= min_excess and abs(share - 0.5) > abs(ref_share - 0.5):
                 words = sense.replace("_", " ")
                 failures.append(
-                    f"sign test: the errors point {words} on {_fmt(share)} of the elements "
-                    f"(the CPU's own: {_fmt(ref_share)}); {more} element(s) more {words} than the "
+                    f"sign test: {100 * share:.3g}% of the non-zero errors point {words} (the "
+                    f"CPU's own: {100 * ref_share:.3g}%); {more} element(s) more {words} than the "
                     f"CPU's kernel, {less} less (excess {_fmt(excess)} of {n} >= "
                     f"{min_excess:g}; binomial p {p:.3g} < {alpha:g}): a biased rounding")
         out.metrics["sign_test_p"] = p_min
