@@ -11,9 +11,10 @@ and ``--report PATH`` (HTML and its ``.md`` twin). If any of those resolves (sym
 followed) to a baseline file, the run would write over what it reads: ``--alerts
 B/cpu/x/torch-2.13.0.md`` writes its JSON to ``torch-2.13.0.json``. Every file output is
 therefore compared, by real path, with every baseline in the store (the one this run
-compares with or records into among them) and refused when it is one. An output whose
-folder is missing is refused too, instead of creating folders a typo named; the fix
-says ``mkdir -p``.
+compares with or records into among them) and refused when it is one. An alerts or
+report file whose folder is missing is refused too, instead of creating folders a typo
+named (the fix says ``mkdir -p``); the results folder, the harness's own, is created
+with its parents as before, unless a file stands in the way.
 """
 
 from __future__ import annotations
@@ -71,15 +72,16 @@ def _writable_folder(option: str, path: Path, what: str) -> None:
     if folder.exists() or folder.is_symlink():
         raise GuardError(f"{option} {path}: {folder} is not a folder; give a path in an "
                          "existing folder")
-    if what == "folder" and folder.parent.is_dir():
-        if os.access(folder.parent, os.W_OK | os.X_OK):
-            return  # the results folder itself is created on the first write
-        raise GuardError(f"{option} {path}: cannot create it in {folder.parent} (not "
-                         "writable); give a folder you can write")
-    missing = folder if what != "folder" else folder.parent
-    raise GuardError(f"{option} {path}: the folder {missing} does not exist (nothing is "
+    if what == "folder":  # the results folder is the harness's own: created, parents too
+        existing = next(p for p in Path(os.path.abspath(folder)).parents
+                        if p.exists() or p.is_symlink())
+        if existing.is_dir() and os.access(existing, os.W_OK | os.X_OK):
+            return
+        raise GuardError(f"{option} {path}: cannot create it: {existing} is not a writable "
+                         "folder; give a folder you can write")
+    raise GuardError(f"{option} {path}: the folder {folder} does not exist (nothing is "
                      f"created for a path that may be a typo); create it first (mkdir -p "
-                     f"{missing}) or fix the path")
+                     f"{folder}) or fix the path")
 
 
 def check_output_file(option: str, path: Path) -> None:

@@ -128,10 +128,10 @@ CASES = [
     Case("report-folder-missing", "pytest", ("--report", "nonexistent/dir/r.html"), 4,
          ("does not exist", "mkdir -p")),
     Case("alerts-is-a-folder", "pytest", ("--alerts", "b"), 4, ("--alerts", "is a folder")),
-    Case("results-dir-parent-missing", "pytest", ("--results-dir", "no/such/dir"), 4,
-         ("--results-dir", "does not exist")),
     Case("results-dir-is-a-file", "pytest", ("--results-dir", "{base}"), 4,
          ("--results-dir", "is not a folder")),
+    Case("results-dir-under-a-file", "pytest", ("--results-dir", "{base}/sub"), 4,
+         ("--results-dir", "cannot create it", "is not a writable folder")),
     # 11. smaller
     Case("report-stack-names-its-own-flag", "cli",
          ("report", "{run}", "--stack", "torch-0.1", "--baseline-dir", "b"), 1,
@@ -322,3 +322,37 @@ def test_recording_into_a_symlinked_baseline_writes_through_the_link(project, tm
     assert project.base.is_symlink() and os.readlink(project.base) == str(target)
     assert target.stat().st_ino != inode  # replaced (atomically) through the link
     assert json.loads(target.read_text())["records"]
+
+
+def test_a_full_disk_while_recording_names_the_file_and_the_fix(project, monkeypatch):
+    """Case 11: the error says which baseline was not written, that it is unchanged, and
+    what to do."""
+    from harness import baselines
+
+    def full(root, run):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(baselines, "record", full)
+    before = project.base.read_bytes()
+    result = project.runpytest("--baseline", "record", "--baseline-dir", "b")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines([f"ERROR baseline not recorded to {project.base}: No space "
+                                 "left on device; the stored baseline is unchanged. Free "
+                                 "space or make the store writable*"])
+    assert project.base.read_bytes() == before
+
+
+def test_localize_names_an_exact_last_layer_instead_of_an_infinite_ratio():
+    """Case 11: ``0 / 0 = infx`` is gone."""
+    from harness.training import localize
+
+    def diff(name, err):
+        return localize.LayerDiff(name, "backward", (2,), "float32", err, err, 1.0, 0, True)
+
+    report = localize.DivergenceReport("m", "cpu", "float32", 0, True,
+                                       localize.TOLERANCES["float32"], [], [], 0.0, 0.0,
+                                       params=[diff("a", 0.0), diff("b", 0.0)])
+    text = localize.depth_curve(report)
+    assert "= both exact (a vs b)" in text and "inf" not in text
+    report.params = [diff("a", 1e-3), diff("b", 0.0)]
+    assert "= the last layer is exact" in localize.depth_curve(report)

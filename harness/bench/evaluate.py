@@ -42,6 +42,7 @@ import time
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
+from harness import stopping
 from harness.bench.runs import CHILD_ENV, read_runs
 from harness.bench.stats import Policy, judge, robust_spread
 from harness.bench.timing import run_controls, run_values
@@ -77,7 +78,7 @@ def one_run(out: Path, *, root: Path, device: str, fault: Optional[str], select:
     env = {k: v for k, v in os.environ.items() if k not in ("HARNESS_FAULTS", CHILD_ENV)}
     if not (out.is_dir() and any(out.glob("*.json"))):  # a kept run is reused (resume)
         subprocess.run(command, cwd=root, env=env, capture_output=True, text=True,
-                       timeout=timeout)
+                       timeout=timeout, preexec_fn=stopping.child_preexec())
     values = {}
     for record_id, runs in read_runs(out).items():
         found, controls = run_values(runs), run_controls(runs)
