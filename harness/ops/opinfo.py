@@ -36,8 +36,9 @@ Note [OpInfo reference]
 ~~~~~~~~~~~~~~~~~~~~~~~
 The reference runs the op on the CPU with every floating input of the tested dtype
 up-cast (fp16/bf16 -> fp32, fp32 -> fp64). Where the op does not support the up-cast
-dtype on the CPU, or the up-cast run raises (some ops reject mixed dtypes), the reference
-falls back to fp32 for fp16/bf16 and to the low-precision reference for fp32; the record's
+dtype on the CPU the reference is fp32 for fp16/bf16; where the up-cast run raises (some
+ops reject mixed dtypes) the DUT is judged against the CPU in the tested dtype, as every
+pipeline does (Note [One executor] in :mod:`harness.ops.runner`); the record's
 ``info.reference`` says which was used.
 """
 
@@ -60,6 +61,7 @@ import torch
 from harness import dtypes
 from harness.ops import policy
 from harness.ops.outcome import OpOutcome
+from harness.ops.runner import Side, execute
 from harness.results import lower
 
 DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16")
@@ -379,16 +381,6 @@ def _copier(device: torch.device, from_dtype: torch.dtype, to_dtype: torch.dtype
     return copy
 
 
-@dataclasses.dataclass
-class _Run:
-    """One side's run of a sample: outputs, grads, or the exception."""
-
-    out: Any = None
-    grads: Optional[list] = None
-    error: Optional[BaseException] = None
-    grad_error: Optional[BaseException] = None
-
-
 def _flatten(value: Any) -> list:
     if isinstance(value, torch.Tensor):
         return [value]
@@ -416,14 +408,15 @@ def _cotangents(like: list[torch.Tensor], seed: int) -> list[torch.Tensor]:
 
 
 def _run(op, sample, *, device: torch.device, from_dtype: torch.dtype, to_dtype: torch.dtype,
-         backward: bool, cotangent_seed: int, scope: Callable[[], Any],
-         seen: Optional[policy.Watch] = None, magnitude: bool = False) -> _Run:
+         backward: bool, cotangent_seed: int,
+         scope: Callable[[], Any] = contextlib.nullcontext,
+         seen: Optional[policy.Watch] = None, magnitude: bool = False) -> Side:
     """Run the op (and its backward) on converted copies of the sample inside ``scope``;
     ``seen`` (the DUT's :class:`~harness.ops.policy.Watch`) notes the op call as ``fwd`` and
     the backward call as ``bwd``, not the harness's copies and cotangents."""
     leaves: list[torch.Tensor] = []
     copy = _copier(device, from_dtype, to_dtype, backward, leaves, magnitude)
-    run = _Run()
+    run = Side()
     try:
         inp = _convert(sample.input, copy)
         args = _convert(tuple(sample.args), copy)
@@ -434,13 +427,13 @@ def _run(op, sample, *, device: torch.device, from_dtype: torch.dtype, to_dtype:
     with scope():
         try:
             with torch.set_grad_enabled(backward), _noting(seen, "fwd"):
-                run.out = op(inp, *args, **kwargs)
+                run.outs = op(inp, *args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - classified by the caller
             run.error = exc
             return run
         if backward and leaves:
             try:
-                outs = _diff_outputs(sample, run.out)
+                outs = _diff_outputs(sample, run.outs)
                 if outs:
                     cots = [(c.abs() if magnitude else c).to(device=o.device, dtype=o.dtype)
                             for c, o in zip(_cotangents(outs, cotangent_seed), outs)]
@@ -594,41 +587,38 @@ def _run_sample(op, case: OpInfoCase, sample, digest: str, device, dtype: torch.
     standard = policy.standard_for(case.key, dtype)
     grad_standard = policy.standard_for(case.key, dtype, "bwd")
     cot_seed = zlib.crc32(bwd_id.encode("utf-8"))
-    cpu = torch.device("cpu")
     info = {"signature": sample_signature(sample, dtype)[:500]}
     wants_grad = backward and any(t.requires_grad for t in _tensors(
         [sample.input, list(sample.args), dict(sample.kwargs)]))
 
-    lowp = _run(op, sample, device=cpu, from_dtype=dtype, to_dtype=dtype, backward=wants_grad,
-                cotangent_seed=cot_seed, scope=contextlib.nullcontext)
+    def run(where: torch.device, to_dtype: torch.dtype, noting: Optional[policy.Watch],
+            magnitudes: bool) -> Side:
+        return _run(op, sample, device=where, from_dtype=dtype, to_dtype=to_dtype,
+                    backward=wants_grad, cotangent_seed=cot_seed, seen=noting,
+                    magnitude=magnitudes)
+
+    # OpInfo's generators draw samples the CPU itself may reject in this dtype: those are
+    # left out (skip), not run; the rest follow Note [One executor] in harness/ops/runner.py
+    lowp = run(torch.device("cpu"), dtype, None, False)
     if lowp.error is not None:
         return [OpOutcome(fwd_id, status="skip", standard=standard, info=info,
                           message=f"the CPU reference cannot run this sample in {case.dtype}: "
                                   f"{_short(lowp.error)}")]
-    ref = _run(op, sample, device=cpu, from_dtype=dtype, to_dtype=up, backward=wants_grad,
-               cotangent_seed=cot_seed, scope=contextlib.nullcontext)
-    info["reference"] = dtype_name(up)
-    if ref.error is not None:  # Note [OpInfo reference]
-        info["reference"] = f"{case.dtype} (up-cast failed: {_short(ref.error, 120)})"
-        ref = lowp
-
-    mag = None
-    if policy.sums_products(case.key):  # Note [Condition of products and reductions]
-        mag = _run(op, sample, device=cpu, from_dtype=dtype, to_dtype=up, backward=wants_grad,
-                   cotangent_seed=cot_seed, scope=contextlib.nullcontext, magnitude=True)
-        if mag.error is not None:
-            mag = None
-
-    seen = policy.Watch(phase=None)  # Note [Measured without the harness]
-    dut = _run(op, sample, device=device.torch_device, from_dtype=dtype, to_dtype=dtype,
-               backward=wants_grad, cotangent_seed=cot_seed,
-               scope=lambda: policy.watch(device, into=seen))
-    _run(op, sample, device=device.torch_device, from_dtype=dtype, to_dtype=dtype,
-         backward=wants_grad, cotangent_seed=cot_seed,
-         scope=lambda: policy.noting(device, seen), seen=seen)
-    fell_back = list(seen.fallback.ops)
+    done = execute(device, run, dtype, up, magnitudes=policy.sums_products(case.key),
+                   low=lowp)
+    seen = done.seen
     info["aten_ops"] = seen.info()
     where = f" [{device.type}, {case.dtype}, {standard}]"
+    if done.status is not None:
+        if done.dut.error is None:
+            return [OpOutcome(fwd_id, status=done.status, standard=standard, info=info,
+                              message=f"{fwd_id}{where}: {done.message}")]
+        return [OpOutcome(fwd_id, status=done.status, standard=standard,
+                          info={**info, "exception": _short(done.dut.error, 1000)},
+                          message=f"{fwd_id}{where}: the DUT raised {_short(done.dut.error)}")]
+    dut, ref, mag = done.dut, done.ref, done.mag
+    info["reference"] = done.reference
+    fell_back = list(seen.fallback.ops)
 
     def finish(record_id: str, direction: str, ok: bool, metrics: dict, rules: dict,
                messages: list[str], notes: list[str], standard: str) -> OpOutcome:
@@ -644,15 +634,9 @@ def _run_sample(op, case: OpInfoCase, sample, digest: str, device, dtype: torch.
                                "CPU (torch_npu CPU fallback)")
         return outcome
 
-    if dut.error is not None:
-        status = classify_error(dut.error)
-        return [OpOutcome(fwd_id, status=status, standard=standard,
-                          info={**info, "exception": _short(dut.error, 1000)},
-                          message=f"{fwd_id}{where}: the DUT raised {_short(dut.error)}")]
     results = []
     ok, metrics, rules, messages, notes = compare_values(
-        _flatten(dut.out), _flatten(ref.out), _flatten(lowp.out), standard,
-        scales=_flatten(mag.out) if mag is not None else None)
+        _flatten(dut.outs), _flatten(ref.outs), _flatten(lowp.outs), standard, scales=_flatten(mag.outs) if mag is not None else None)
     results.append(finish(fwd_id, "fwd", ok, metrics, rules, messages, notes, standard))
     if not wants_grad or lowp.grads is None:
         return results

@@ -18,11 +18,13 @@ case id ``<op>-<dtype>-<fwd|bwd>-<sample>`` (what ``--op-filter`` matches) and r
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 from typing import Any, Callable, Mapping, Optional
 
 import torch
 
+from harness import dtypes
 from harness.compare import Verdict
 from harness.ops import policy
 from harness.ops.outcome import OpOutcome
@@ -145,6 +147,107 @@ def _grad_labels(sample: Sample) -> list[str]:
     return labels
 
 
+# -------------------------------------------------------------------------- executor
+
+# Note [One executor]
+# ~~~~~~~~~~~~~~~~~~~
+# Every op case, whichever pipeline made it (the catalog, the OpInfo sweep, a user model's
+# captured call), is executed by :func:`execute` with the same rules; a pipeline only says
+# how to run its case once (a :data:`Run`: on a device, in a dtype, noting aten ops or
+# not, on magnitudes or not) and judges the sides it gets back:
+#
+# * the DUT first, measured then noted (Note [Measured without the harness] in
+#   :mod:`harness.ops.policy`); if it raises, the one classifier says ``unsupported`` or
+#   ``error`` (:mod:`harness.classify`); an ``error`` the CPU in the same dtype raises too
+#   (same exception type) is the case's, not the device's: still ``error``, worded as a
+#   harness error (a pipeline that draws cases it cannot vouch for, the OpInfo sweep,
+#   leaves out the samples the CPU cannot run before executing them);
+# * the CPU in the DUT's dtype (``low``: the CPU's own error, Note [CPU's own error] in
+#   :mod:`harness.compare`); where it cannot run, the standards judge without it;
+# * the up-cast CPU reference; where it cannot run, the DUT is judged against ``low`` and
+#   ``reference`` says so; where neither can run, nothing can be compared: ``skip``;
+# * magnitudes (``|inputs|`` up-cast) for sums of products (Note [Condition of products
+#   and reductions]); where they cannot run, the plain standards apply.
+
+
+@dataclasses.dataclass
+class Side:
+    """One execution of a case: its outputs and input gradients, or what it raised."""
+
+    outs: Any = None
+    grads: Optional[list] = None
+    error: Optional[BaseException] = None
+    grad_error: Optional[BaseException] = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+Run = Callable[[torch.device, Optional[torch.dtype], Optional[policy.Watch], bool], Side]
+"""``run(where, dtype, noting, magnitudes)``: one execution of a case (Note [One executor]);
+``dtype`` None keeps the case's own dtypes, ``noting`` is the Watch to set phases on."""
+
+
+@dataclasses.dataclass
+class Executed:
+    """What :func:`execute` ran: the DUT, the references, and the status when nothing is
+    left to judge (``status``: unsupported / error / skip, with ``message``)."""
+
+    dut: Side
+    seen: policy.Watch
+    ref: Optional[Side] = None
+    low: Optional[Side] = None
+    mag: Optional[Side] = None
+    reference: str = ""
+    status: Optional[str] = None
+    message: str = ""
+    harness_error: bool = False
+
+
+def _short(exc: BaseException, limit: int = 300) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip().replace("\n", " ")
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def execute(device, run: Run, dtype: Optional[torch.dtype], up: Optional[torch.dtype], *,
+            magnitudes: bool = False, low: Optional[Side] = None) -> Executed:
+    """Run one op case as the DUT and on the CPU references (Note [One executor]);
+    ``low``: the CPU's run in the DUT's dtype when the caller already made it."""
+    seen = policy.Watch(phase=None)
+    dut = policy.run_dut(device, lambda noting: run(device.torch_device, dtype, noting, False),
+                         seen)
+    cpu = torch.device("cpu")
+    if low is None and dtype is not None:
+        low = run(cpu, dtype, None, False)
+    done = Executed(dut, seen, low=low if low is not None and low.ok else None)
+    if not dut.ok:
+        status, reason = policy.classify_exception(dut.error)
+        done.status, done.message = status, reason
+        if (status == "error" and low is not None and not low.ok
+                and type(low.error) is type(dut.error)):
+            done.harness_error = True
+            done.message = (f"harness error, not the device's: the CPU in {dtypes.name(dtype)} "
+                            f"raises the same ({_short(low.error)}); {reason}")
+        return done
+    ref = run(cpu, up, None, False)
+    done.reference = dtypes.name(up) if up is not None else "its own dtype"
+    if not ref.ok:
+        if done.low is None:
+            why = f"up-cast: {_short(ref.error, 150)}"
+            if low is not None and low.error is not None:
+                why += f"; in {dtypes.name(dtype)}: {_short(low.error, 150)}"
+            done.status, done.message = "skip", f"no CPU reference can run this case ({why})"
+            return done
+        done.reference = f"{dtypes.name(dtype)} (up-cast failed: {_short(ref.error, 120)})"
+        ref = done.low
+    done.ref = ref
+    if magnitudes:
+        mag = run(cpu, up, None, True)
+        done.mag = mag if mag.ok and mag.grad_error is None else None
+    return done
+
+
 # ---------------------------------------------------------------------------- runner
 
 def run_case(device, entry: OpEntry, dtype: str, sample: Sample, seed: int = 0,
@@ -180,59 +283,45 @@ def run_case(device, entry: OpEntry, dtype: str, sample: Sample, seed: int = 0,
     if entry.judge is not None:
         return entry.judge(device, entry, dtype, sample, values, gen, outcomes)
 
-    # ---- the DUT (faults act here)
-    seen = policy.Watch(phase=None)
-    drawn: list = []  # the cotangents the measured call drew, for the noting call
+    drawn: list = []  # the cotangents the DUT drew; the references reuse them
 
-    def dut(noting: Optional[policy.Watch]):
-        outs, grads, cotangents = _execute(
-            entry, values, sample, device.torch_device, torch_dtype if is_float else None,
-            backward, drawn[0] if drawn else None, None if drawn else gen, noting)
+    def run(where: torch.device, float_dtype: Optional[torch.dtype],
+            noting: Optional[policy.Watch], magnitudes: bool) -> Side:
+        try:
+            outs, grads, cotangents = _execute(
+                entry, [_absolute(v) for v in values] if magnitudes else values, sample,
+                where, float_dtype, backward,
+                ([g.abs() for g in drawn[0]] if magnitudes and drawn[0] else drawn[0])
+                if drawn else None, None if drawn else gen, noting)
+        except Exception as exc:  # noqa: BLE001 - classified by the executor
+            return Side(error=exc)
         if not drawn:
             drawn.append(cotangents)
-        return outs, grads, cotangents
+        return Side([t for _, t in outs] if magnitudes else outs, grads)
 
-    try:
-        dut_outs, dut_grads, grad_outputs = policy.run_dut(device, dut, seen)
-    except Exception as exc:  # noqa: BLE001 - a failing DUT op is a record, not a crash
-        status, reason = policy.classify_exception(exc)
+    done = execute(device, run, torch_dtype if is_float else None,
+                   DTYPES[UPCAST[dtype]] if is_float else None,
+                   magnitudes=is_float and entry.sum_of_products)
+    aten_ops = done.seen.info()
+    if done.status is not None:
         for outcome in outcomes.values():
-            outcome.status = status
-            outcome.message = f"DUT raised {type(exc).__name__}: {exc}"
-            outcome.info = {"aten_ops": seen.info(), "exception": reason}
+            outcome.status = done.status
+            outcome.message = (done.message if done.dut.error is None or done.harness_error
+                               else f"DUT raised {type(done.dut.error).__name__}: "
+                                    f"{done.dut.error}")
+            outcome.info = {"aten_ops": aten_ops, "exception": done.message}
         return list(outcomes.values())
     for outcome in outcomes.values():
-        outcome.info["aten_ops"] = seen.info()
-
-    # ---- the references (never in scope)
-    cpu = torch.device("cpu")
-    up = DTYPES[UPCAST[dtype]] if is_float else None
-    try:
-        ref_outs, ref_grads, _ = _execute(entry, values, sample, cpu, up, backward,
-                                          grad_outputs, None)
-    except Exception as exc:  # noqa: BLE001
-        for outcome in outcomes.values():
-            outcome.status = "error"
-            outcome.message = (f"the up-cast CPU reference ({UPCAST.get(dtype, dtype)}) "
-                               f"raised {type(exc).__name__}: {exc}")
-        return list(outcomes.values())
-    low_outs: Optional[list] = None
-    low_grads: Optional[list] = None
-    if is_float:
-        try:
-            low_outs, low_grads, _ = _execute(entry, values, sample, cpu, torch_dtype, backward,
-                                              grad_outputs, None)
-        except Exception:  # noqa: BLE001 - no low-precision CPU kernel: assert_close fallback
-            low_outs = low_grads = None
-
-    scale_outs: Optional[list] = None
-    scale_grads: Optional[list] = None
-    if is_float and entry.sum_of_products:  # Note [Condition of products and reductions]
-        magnitudes = [_absolute(v) for v in values]
-        abs_grads = [g.abs() for g in grad_outputs] if grad_outputs else grad_outputs
-        scale_out_pairs, scale_grads, _ = _execute(entry, magnitudes, sample, cpu, up, backward,
-                                                   abs_grads, None)
-        scale_outs = [t for _, t in scale_out_pairs]
+        outcome.info["aten_ops"] = aten_ops
+        if done.ref is done.low:
+            outcome.info["reference"] = done.reference
+    dut_outs, dut_grads = done.dut.outs, done.dut.grads
+    ref_outs, ref_grads = done.ref.outs, done.ref.grads
+    low_outs = done.low.outs if done.low is not None else None
+    low_grads = done.low.grads if done.low is not None else None
+    scale_outs = done.mag.outs if done.mag is not None else None
+    scale_grads = done.mag.grads if done.mag is not None else None
+    seen = done.seen
 
     judges = judges or {}
     if "fwd" in outcomes:
