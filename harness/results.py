@@ -506,7 +506,7 @@ def load(path: Union[str, Path]) -> RunResults:
     try:
         size, cap = path.stat().st_size, max_bytes()
         if size > cap:
-            raise SchemaError(f"{path}: {size / 2**20:.0f} MB, over the {cap / 2**20:.0f} MB "
+            raise SchemaError(f"{path}: {size / 2**20:.3g} MB, over the {cap / 2**20:.3g} MB "
                               f"a results file may have (a full run's is a few MB): not read. "
                               f"Check it is a harness results file, or raise the cap with "
                               f"{MAX_BYTES_ENV}=<MB>")
