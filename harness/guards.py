@@ -126,9 +126,20 @@ def check_models(models: Iterable[str]) -> None:
             raise GuardError(f"--model: {exc}") from None
 
 
+def check_store(settings) -> None:
+    """``--baseline-dir`` must be a folder (or, to record, one that can be created)."""
+    root = Path(settings.baseline_dir)
+    if (root.exists() or root.is_symlink()) and not root.is_dir():
+        raise GuardError(f"--baseline-dir {root}: is not a folder (a file, or a broken "
+                         "link); point it at the baseline store's folder")
+    if settings.baseline_mode == "record" and not root.exists():
+        _writable_folder("--baseline-dir", root, "folder")
+
+
 def check_session(state) -> None:
     """Every check above for a started session (:class:`harness.session.RunState`)."""
     settings = state.settings
+    check_store(settings)
     check_against(settings, state.selection)
     check_outputs(settings, state.run.fingerprint, state.selection)
     check_models(settings.models)

@@ -132,6 +132,11 @@ CASES = [
          ("--results-dir", "is not a folder")),
     Case("results-dir-under-a-file", "pytest", ("--results-dir", "{base}/sub"), 4,
          ("--results-dir", "cannot create it", "is not a writable folder")),
+    Case("baseline-dir-is-a-file", "pytest", ("--baseline-dir", "{base}"), 4,
+         ("--baseline-dir", "is not a folder")),
+    Case("record-into-a-store-under-a-file", "pytest",
+         ("--baseline", "record", "--baseline-dir", "{base}/store"), 4,
+         ("--baseline-dir", "cannot create it")),
     # 11. smaller
     Case("report-stack-names-its-own-flag", "cli",
          ("report", "{run}", "--stack", "torch-0.1", "--baseline-dir", "b"), 1,
