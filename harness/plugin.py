@@ -19,8 +19,7 @@ from typing import Optional
 
 import pytest
 
-from harness import (checkrun, guards, hypothesis_profiles, known_failures, layout, options,
-                     stopping)
+from harness import checkrun, guards, hypothesis_profiles, known_failures, layout, options, stopping
 from harness import session as harness_session
 from harness.device import Device, xdist_worker_index
 from harness.recorder import Recorder, seed_for, suite_area
