@@ -274,7 +274,7 @@ def test_an_api_this_torch_lacks_is_unsupported_naming_it():
         device_mod.torch_api("nn.functional.no_such_op")
 
 
-@pytest.mark.parametrize("message", [  # what torch 2.1.2's CPU says (the old-torch CI run)
+@pytest.mark.parametrize("message", [  # what torch 2.1.2's CPU says (.ci/torch-line 2.1.2)
     '"softmax_lastdim_kernel_impl" not implemented for \'Half\'',
     '"binary_cross_entropy" not implemented for \'BFloat16\'',
     "Currently, AutocastCPU only support Bfloat16 as the autocast_cpu_dtype",
