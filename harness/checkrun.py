@@ -1,10 +1,11 @@
 """One check's end, as plain values: what its records mean for its report.
 
 :func:`conclude_check` takes what a test recorded, the exception it raised (or None)
-and pytest's outcome, and returns a :class:`CheckEnd`: the records (an ``unsupported``
-or automatic one added), the findings against the baseline, and what the plugin must do
+and pytest's outcome, and returns a :class:`CheckEnd`: the records (the ids it did not
+reach marked with its status, Note [Same ids whatever the outcome]), the findings against
+the baseline, and what the plugin must do
 to the test's report (skip it, fail it with a text). :func:`collect` is the other end:
-the process that writes results adds a report's records and findings to the run. The
+the process that writes results adds a report's records to the run. The
 plugin's hooks only move these values in and out of pytest's objects.
 
 Note [Records travel with reports]
@@ -15,6 +16,17 @@ fails *that* test), then attached to its report as a ``user_properties`` entry
 ``workerinput``: the xdist controller, or the single process) collects them in
 ``pytest_runtest_logreport`` (:func:`collect`); xdist serialises ``user_properties``, so
 records reach the controller unchanged.
+
+Note [Same ids whatever the outcome]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+A check that stops before it records (its feature is missing: ``unsupported``; it
+errors; it fails; it is skipped) records under the ids its baseline holds for this
+test node, each with that status and the reason, so ``pass -> unsupported`` is a
+status regression of each record the baseline knows, named one by one, and not "10
+new, 10 missing". Only a test the baseline does not know (or a run without one) gets
+the automatic id (:func:`harness.ids.auto_record`). Ids the test did record are left
+as recorded; baseline ids a *passing* test did not record are lost coverage
+(Note [Review or regression] in :mod:`harness.regress`).
 """
 
 from __future__ import annotations
@@ -23,10 +35,11 @@ import dataclasses
 import json
 from typing import Iterable, Optional
 
-from harness import regress
+from harness import regress, verdict
 from harness.device import Unsupported, missing_kernel
-from harness.recorder import FAILING, auto_record_id, reproduce_of
-from harness.results import Record
+from harness.ids import FAILING, Status, auto_record
+from harness.recorder import reproduce_of
+from harness.results import DuplicateRecord, Record
 from harness.session import RunState
 
 
@@ -46,17 +59,16 @@ class CheckEnd:
 
     def payload(self) -> str:
         """The ``user_properties`` value (Note [Records travel with reports])."""
-        return json.dumps({"records": {r.id: r.to_json() for r in self.records},
-                           "findings": [f.to_json() for f in self.findings]})
+        return json.dumps({"records": {r.id: r.to_json() for r in self.records}})
 
 
-def status_of(outcome: str, when: str, wasxfail: Optional[str]) -> str:
+def status_of(outcome: str, when: str, wasxfail: Optional[str]) -> Status:
     """A test's record status from pytest's outcome of one phase (an xfail counts as fail)."""
     if outcome == "passed":
-        return "pass"
+        return Status.PASS
     if outcome == "skipped":
-        return "fail" if wasxfail is not None else "skip"
-    return "fail" if when == "call" else "error"
+        return Status.FAIL if wasxfail is not None else Status.SKIP
+    return Status.FAIL if when == "call" else Status.ERROR
 
 
 def unsupported_reason(error: Optional[BaseException]) -> Optional[str]:
@@ -68,11 +80,27 @@ def unsupported_reason(error: Optional[BaseException]) -> Optional[str]:
     return f"{type(error).__name__}: {' '.join(str(error).split())}"
 
 
+def _first_line(error: Optional[BaseException]) -> str:
+    if error is None:
+        return ""
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text}"[:300]
+
+
+def baseline_ids(nodeid: str, state: RunState) -> list[str]:
+    """The record ids the selected baseline holds for this test node (sorted)."""
+    selection = state.selection
+    if selection is None or selection.results is None:
+        return []
+    return sorted(rid for rid, rec in selection.results.records.items() if rec.test == nodeid)
+
+
 def conclude_check(nodeid: str, records: Iterable[Record], error: Optional[BaseException],
                    *, outcome: str, when: str, wasxfail: Optional[str],
                    state: RunState) -> CheckEnd:
-    """Judge one test's phase: its records (plus an ``unsupported`` or automatic record),
-    known-failure tagging, and the comparison with the selected baseline.
+    """Judge one test's phase: its records, the ids it did not reach, known-failure
+    tagging, and its share of the judgement (:func:`harness.verdict.check_failures`;
+    Note [Same ids whatever the outcome]).
 
     Args:
         nodeid: the test's node id.
@@ -86,13 +114,21 @@ def conclude_check(nodeid: str, records: Iterable[Record], error: Optional[BaseE
     records = list(records)
     end = CheckEnd(records, [])
     reason = unsupported_reason(error)
+    recorded = {r.id for r in records}
+    unreached = [rid for rid in baseline_ids(nodeid, state) if rid not in recorded]
     if reason is not None:  # Note [Missing features of older stacks] in harness.device
         if not any(r.status in FAILING for r in records):
             end.skip = f"unsupported: {reason}"
-        records.append(Record(id=auto_record_id(nodeid), status="unsupported", test=nodeid,
-                              message=reason, info={"reason": reason}))
+        for rid in unreached or [auto_record(nodeid)]:
+            records.append(Record(id=rid, status=Status.UNSUPPORTED, test=nodeid,
+                                  message=reason, info={"reason": reason}))
+    elif outcome != "passed" and (unreached or not records):
+        status = status_of(outcome, when, wasxfail)
+        message = _first_line(error) if status != Status.SKIP else ""
+        for rid in unreached or [auto_record(nodeid)]:
+            records.append(Record(id=rid, status=status, test=nodeid, message=message))
     if not records:
-        records.append(Record(id=auto_record_id(nodeid), test=nodeid,
+        records.append(Record(id=auto_record(nodeid), test=nodeid,
                               status=status_of(outcome, when, wasxfail)))
     if wasxfail:  # a known failure (harness.known_failures)
         for rec in records:
@@ -100,38 +136,28 @@ def conclude_check(nodeid: str, records: Iterable[Record], error: Optional[BaseE
     failing = [r for r in records if r.status in FAILING]
     if failing and outcome == "passed" and end.skip is None:
         end.failures.append("\n".join(f"{r.id}: {r.message or r.status}" for r in failing))
-    end.findings = compare_with_baseline(records, state)
-    failing_kinds = ("regression", "review") if state.settings.fail_on == "review" else \
-        ("regression",)  # Note [Review or regression]
-    regressions = [f for f in end.findings if f.kind in failing_kinds]
-    if regressions:
-        reproduce = reproduce_of(nodeid, state.device.type, state.settings)
-        end.failures.append(regress.failure_message(regressions, reproduce))
-    return end
-
-
-def compare_with_baseline(records: Iterable[Record], state: RunState) -> list[regress.Finding]:
-    """Findings of each record against the same record of the selected baseline."""
     selection = state.selection
-    if selection is None or selection.results is None:
-        return []
-    findings: list[regress.Finding] = []
-    for rec in records:
-        base = selection.results.records.get(rec.id)
-        if base is not None:
-            findings.extend(regress.compare_record(rec, base, selection.stack_id or ""))
-    return findings
+    end.findings, failing_findings = verdict.check_failures(
+        records, selection.results if selection is not None else None,
+        (selection.stack_id or "") if selection is not None else "", state.settings.fail_on)
+    if failing_findings:
+        reproduce = reproduce_of(nodeid, state.device.type, state.settings)
+        end.failures.append(regress.failure_message(failing_findings, reproduce))
+    return end
 
 
 def collect(state: RunState, nodeid: str, when: str, outcome: str,
             payloads: Iterable[str]) -> None:
     """Add one report to the run: the test's outcome (the call phase's, or the first
-    phase that did not pass) and the records and findings of its payloads."""
+    phase that did not pass) and the records of its payloads. A record id another test
+    already recorded is a harness error naming both tests (the run is NO-GO)."""
     if when == "call" or outcome != "passed":
         if when == "call" or nodeid not in state.run.outcomes:
             state.run.outcomes[nodeid] = outcome
     for value in payloads:
         payload = json.loads(value)
         for record_id, data in payload["records"].items():
-            state.run.add(Record.from_json(record_id, data))
-        state.findings.extend(regress.Finding.from_json(f) for f in payload["findings"])
+            try:
+                state.run.add(Record.from_json(record_id, data))
+            except DuplicateRecord as exc:
+                state.errors.append(str(exc))

@@ -162,10 +162,11 @@ def _cmd_diff(args: argparse.Namespace) -> int:
 def _write_report(run, base, base_name: str, args: argparse.Namespace,
                   not_compared: str = "", reason: str = "") -> int:
     from harness import report
-    from harness.verdict import NO_GO
+    from harness.verdict import NO_GO, judge
 
-    model = report.build(run, base, baseline_name=base_name, not_compared=not_compared,
-                         baseline_reason=reason)
+    judged = judge(run, base, baseline_name=base_name,  # the one judgement (harness.verdict)
+                   not_compared=not_compared or "no baseline given")
+    model = report.build(run, base, judged, baseline_name=base_name, baseline_reason=reason)
     try:
         written = report.write(model, args.html, args.md) if (args.html or args.md) else []
     except OSError as exc:

@@ -157,6 +157,10 @@ def pytest_configure(config: pytest.Config) -> None:
             markexpr=config.getoption("markexpr", "") or "")
         state = harness_session.start(
             settings, worker=xdist_worker_index(), controller=not hasattr(config, "workerinput"))
+        state.run.selection = harness_session.selection_of(
+            settings, config.getoption("markexpr", "") or "",
+            config.getoption("keyword", "") or "", tuple(config.args))
+        config.stash[STATE] = state
     except (hypothesis_profiles.ProfileError, options.OptionsError,
             harness_session.SetupError) as exc:
         raise pytest.UsageError(str(exc)) from None

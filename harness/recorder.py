@@ -24,24 +24,17 @@ import zlib
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
+from harness import ids
 from harness.results import Record
 
-SUITES_DIR = "suites"
-FAILING = ("fail", "error")
+SUITES_DIR = ids.SUITES_DIR
+FAILING = ids.FAILING
+auto_record_id = ids.auto_record  # the id of a test that records nothing (harness.ids)
 
 
 def seed_for(global_seed: int, nodeid: str) -> int:
     """The seed of one test: the global seed plus crc32 of its node id (never hash())."""
     return (global_seed + zlib.crc32(nodeid.encode("utf-8"))) & 0xFFFFFFFF
-
-
-def auto_record_id(nodeid: str) -> str:
-    """``suites/norm/test_bn.py::TestX::test_y[fp16]`` -> ``norm/test_bn/TestX/test_y[fp16]``."""
-    path, _, rest = nodeid.partition("::")
-    parts = Path(path).with_suffix("").parts
-    if parts and parts[0] == SUITES_DIR:
-        parts = parts[1:]
-    return "/".join([*parts, *rest.split("::")])
 
 
 def suite_area(path: Path, rootpath: Path) -> Optional[str]:

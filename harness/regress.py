@@ -1,16 +1,20 @@
-"""Current results vs a baseline -> findings (regression, review, improvement, new, missing).
+"""Current results vs a baseline -> findings (regression, review, improvement, new, lost,
+not-run). The verdict over them is :func:`harness.verdict.judge`'s.
 
 Note [Review or regression]
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~
-A status that loses capability (pass -> fail/error/unsupported/fallback) is always a
-*regression*. A metric that moves beyond its rule is what its rule's ``severity`` says
+A status that loses capability (a fall in :func:`harness.ids.rank`: pass ->
+fail/error/slower/unsupported/fallback) is always a *regression*; so is a *lost* record: a
+baseline record whose check ran in this run but did not record it (coverage lost). A
+baseline record whose check was not selected (another ``-k``, ``-m``, path or an
+``--op-filter`` that deselects its case) is *not run*: listed, never judged. A metric
+that moves beyond its rule is what its rule's ``severity`` says
 (:attr:`harness.results.Rule.alerts_as`): a *regression* where the change itself is the
-loss (a benchmark slower beyond noise, a lower max batch, another state dtype), else a
-*review*: the check still passes its own standard, but its numbers moved more than the
-baseline allows, so a person should look before accepting the stack. A regression fails
-the check that produced it and makes the run NO-GO; a review makes it REVIEW and fails
-the check only with ``--fail-on review`` (the fault check runs so, since drift faults are
-caught through the baseline).
+loss (a lower max batch, another state dtype), else a *review*: the check still passes
+its own standard, but its numbers moved more than the baseline allows, so a person should
+look before accepting the stack. A regression fails the check that produced it and makes
+the run NO-GO; a review makes it REVIEW and fails the check only with ``--fail-on
+review`` (the fault check runs so, since drift faults are caught through the baseline).
 """
 
 from __future__ import annotations
@@ -21,17 +25,14 @@ import math
 from pathlib import Path
 from typing import Any, Iterable, Optional, Union
 
+from harness import ids
 from harness.results import NON_FINITE, Record, Rule, RunResults, atomic_write_text
-
-# A status change that loses capability or correctness is a regression.
-_STATUS_RANK = {"pass": 3, "skip": None, "fallback": 2, "unsupported": 1, "fail": 0, "error": 0}
-
 
 @dataclasses.dataclass(frozen=True)
 class Finding:
     """One difference between a run and its baseline."""
 
-    kind: str  # regression | review | improvement | new | missing
+    kind: str  # harness.verdict.FINDING_KINDS
     record_id: str
     metric: Optional[str] = None
     old: Any = None
@@ -43,8 +44,13 @@ class Finding:
     @property
     def message(self) -> str:
         where = f" (baseline {self.baseline})" if self.baseline else ""
-        if self.kind in ("new", "missing"):
-            return f"{self.kind}: {self.record_id}{where}"
+        if self.kind == "new":
+            return f"new: {self.record_id}{where}"
+        if self.kind == "lost":
+            return (f"lost: {self.record_id} (its check {self.test or '?'} ran and did not "
+                    f"record it){where}")
+        if self.kind == "not-run":
+            return f"not run: {self.record_id} (its check was not selected){where}"
         if self.metric is None:
             return f"{self.kind}: {self.record_id} status {self.old} -> {self.new}{where}"
         rule = Rule.from_json(self.rule).describe() if self.rule else "no rule"
@@ -103,7 +109,7 @@ def judge(old: Any, new: Any, rule: Rule, old_spread: Any = None,
 def compare_record(current: Record, base: Record, baseline: str = "") -> list[Finding]:
     """Findings for one record against its baseline record."""
     found: list[Finding] = []
-    old_rank, new_rank = _STATUS_RANK.get(base.status), _STATUS_RANK.get(current.status)
+    old_rank, new_rank = ids.rank(base.status), ids.rank(current.status)
     if old_rank is not None and new_rank is not None and old_rank != new_rank:
         kind = "regression" if new_rank < old_rank else "improvement"
         found.append(Finding(kind, current.id, None, base.status, current.status,
@@ -124,33 +130,34 @@ def compare_record(current: Record, base: Record, baseline: str = "") -> list[Fi
 
 
 def compare(current: RunResults, baseline: RunResults, baseline_name: str = "",
-            ran_ids: Optional[Iterable[str]] = None) -> list[Finding]:
-    """All findings of a run: per-record changes, then ``new`` and ``missing``."""
+            ran_ids: Optional[Iterable[str]] = None,
+            op_filter: Optional[str] = None) -> list[Finding]:
+    """All findings of a run: per-record changes, then ``new``, ``lost`` and ``not-run``."""
     found: list[Finding] = []
     for record_id, rec in sorted(current.records.items()):
         base = baseline.records.get(record_id)
         if base is not None:
             found.extend(compare_record(rec, base, baseline_name))
-    return found + presence(current, baseline, baseline_name, ran_ids)
+    return found + presence(current, baseline, baseline_name, ran_ids, op_filter)
 
 
 def presence(current: RunResults, baseline: RunResults, baseline_name: str = "",
-             ran_ids: Optional[Iterable[str]] = None) -> list[Finding]:
-    """Records only in the run (``new``) or only in the baseline (``missing``).
-
-    ``missing`` only for baseline records whose test ran (``ran_ids``), or, without
-    ``ran_ids``, whose suite produced records in this run.
-    """
+             ran_ids: Optional[Iterable[str]] = None,
+             op_filter: Optional[str] = None) -> list[Finding]:
+    """Records only in the run (``new``) or only in the baseline: ``lost`` when their check
+    ran (``ran_ids``: the node ids that ran; default: the tests that wrote records) and
+    did not deselect them (``op_filter``), else ``not-run`` (Note [Review or regression])."""
     found = [Finding("new", record_id, baseline=baseline_name, test=rec.test)
              for record_id, rec in sorted(current.records.items())
              if record_id not in baseline.records]
-    suites = {rec.suite for rec in current.records.values()} if ran_ids is None else None
-    ran = set(ran_ids) if ran_ids is not None else None
+    ran = set(ran_ids) if ran_ids is not None else \
+        {rec.test for rec in current.records.values() if rec.test}
     for record_id, base in sorted(baseline.records.items()):
         if record_id in current.records:
             continue
-        if (ran is not None and base.test in ran) or (suites is not None and base.suite in suites):
-            found.append(Finding("missing", record_id, baseline=baseline_name, test=base.test))
+        lost = base.test in ran and not ids.filtered_out(record_id, op_filter)
+        found.append(Finding("lost" if lost else "not-run", record_id, baseline=baseline_name,
+                             test=base.test))
     return found
 
 
@@ -167,30 +174,23 @@ def failure_message(findings: list[Finding], reproduce: str = "") -> str:
     return "\n".join(lines)
 
 
-def write_alerts(path: Union[str, Path], findings: list[Finding], context: dict,
-                 run_verdict=None) -> list[Path]:
-    """Write the verdict and the findings as JSON and Markdown (``x.json`` + ``x.md``).
-
-    ``run_verdict`` is the run's :class:`harness.verdict.RunVerdict`; without one (a diff of
-    two stored files) it is decided from the findings alone.
-    """
-    from harness import verdict as verdict_mod
-
+def write_alerts(path: Union[str, Path], run_verdict, context: dict) -> list[Path]:
+    """Write the verdict (:class:`harness.verdict.RunVerdict`) and its findings as JSON and
+    Markdown (``x.json`` + ``x.md``); nothing here decides anything."""
     path = Path(path)
     json_path, md_path = (path.with_suffix(".json"), path) if path.suffix == ".md" else \
         (path, path.with_suffix(".md"))
-    if run_verdict is None:
-        run_verdict = verdict_mod.decide({}, findings)
-    of = {kind: [f for f in findings if f.kind == kind]
-          for kind in ("regression", "review", "improvement")}
+    of = {kind: run_verdict.of_kind(kind) for kind in ("regression", "review", "improvement")}
+    lost = [f.record_id for f in run_verdict.of_kind("lost")]
+    not_run = [f.record_id for f in run_verdict.of_kind("not-run")]
     doc = {**context, **run_verdict.to_json(),
            "regressions": [f.to_json() for f in of["regression"]],
            "reviews": [f.to_json() for f in of["review"]],
            "improvements": [f.to_json() for f in of["improvement"]],
-           "new": sum(f.kind == "new" for f in findings),
-           "missing": sum(f.kind == "missing" for f in findings)}
+           "new": len(run_verdict.of_kind("new")), "lost_records": lost, "not_run": not_run}
     atomic_write_text(json_path, json.dumps(doc, indent=1) + "\n")
     lines = [f"# Conformance run: {run_verdict.level}", "", run_verdict.line, ""]
+    lines += [f"**{note}**" for note in run_verdict.notes]
     for key in ("device", "stack_id", "baseline"):
         if context.get(key):
             lines.append(f"- {key}: `{context[key]}`")
@@ -199,12 +199,19 @@ def write_alerts(path: Union[str, Path], findings: list[Finding], context: dict,
         still = set(run_verdict.still_failing)
         lines += [f"- `{rid}`" + (" (failed in the baseline too)" if rid in still else "")
                   for rid in run_verdict.failing]
+    if run_verdict.lost:
+        lines += ["", f"## Lost capabilities and records ({len(run_verdict.lost)})", ""]
+        lines += [f"- {line}" for line in run_verdict.lost]
+    if run_verdict.known_failures:
+        lines += ["", f"## Known failures ({len(run_verdict.known_failures)})", ""]
+        lines += [f"- `{rid}`" for rid in run_verdict.known_failures]
     for kind, title in (("regression", "Regressions"), ("review", "Moved beyond their rule "
                                                                   "(review)"),
                         ("improvement", "Improvements")):
         lines += ["", f"## {title} ({len(of[kind])})", ""]
         lines += [f"- `{f.record_id}` {_md(f)}" for f in of[kind]] or ["none"]
-    lines += ["", f"New records: {doc['new']}; missing records: {doc['missing']}", ""]
+    lines += ["", f"New records: {doc['new']}; lost records: {len(lost)}; not run (not "
+                  f"selected): {len(not_run)}", ""]
     atomic_write_text(md_path, "\n".join(lines))
     return [json_path, md_path]
 

@@ -19,9 +19,10 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
+from harness.ids import STATUSES, Status
+
 SCHEMA_VERSION = 2
 """The version this harness writes and reads (older ones through :data:`MIGRATIONS`)."""
-STATUSES = ("pass", "fail", "error", "unsupported", "fallback", "skip")
 BETTER = ("lower", "higher", "equal")
 SEVERITIES = ("review", "regression")
 
@@ -110,6 +111,10 @@ def migrate(data: Any, source: str = "document") -> dict:
         doc = MIGRATIONS[target](doc)
         doc["schema_version"] = target
     return doc
+
+
+class DuplicateRecord(ValueError):
+    """Two checks of one run recorded the same id (the message names both tests)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,6 +223,7 @@ class Record:
         if self.status not in STATUSES:
             raise SchemaError(f"record {self.id}: status {self.status!r}; expected one of "
                               f"{STATUSES}")
+        self.status = Status(self.status)  # Note [One status type] in harness/ids.py
         self.rules = {name: Rule.from_json(rule) for name, rule in self.rules.items()}
         self.metrics = {name: _clean_metric(self.id, name, value)
                         for name, value in self.metrics.items()}
@@ -290,8 +296,21 @@ class RunResults:
     faults: list[str] = dataclasses.field(default_factory=list)
     complete: bool = True
     verdict: Optional[dict] = None
+    selection: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """What the run selected (``markexpr``, ``keyword``, ``op_filter``, ``args``): a
+    comparison across different selections says so (:mod:`harness.verdict`)."""
+    errors: list[str] = dataclasses.field(default_factory=list)
+    """Harness errors of the run (an unusable baseline, an unwritable path, a duplicate
+    record id): each makes the run NO-GO."""
 
     def add(self, record: Record) -> None:
+        """Add one record; :class:`DuplicateRecord` naming both tests when its id is taken."""
+        old = self.records.get(record.id)
+        if old is not None:
+            raise DuplicateRecord(
+                f"record id {record.id!r} recorded twice in one run: by "
+                f"{old.test or '(unknown test)'} and by {record.test or '(unknown test)'}; "
+                "give one of the checks another id")
         self.records[record.id] = record
 
     def to_json(self) -> dict:
@@ -312,6 +331,10 @@ class RunResults:
             out["complete"] = False
         if self.verdict is not None:
             out["verdict"] = self.verdict
+        if self.selection:
+            out["selection"] = self.selection
+        if self.errors:
+            out["errors"] = self.errors
         return out
 
     @classmethod
@@ -333,7 +356,8 @@ class RunResults:
                    seed=data.get("seed"), outcomes=data.get("outcomes", {}),
                    findings=data.get("findings", []), baseline=data.get("baseline"),
                    faults=data.get("faults", []), complete=data.get("complete", True) is not False,
-                   verdict=data.get("verdict"))
+                   verdict=data.get("verdict"), selection=data.get("selection") or {},
+                   errors=list(data.get("errors") or []))
 
 
 _FIELD_TYPES: dict[str, tuple[type, ...]] = {

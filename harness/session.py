@@ -16,6 +16,15 @@ one: an interrupted (Ctrl-C) or crashed session writes its results (marked
 ``complete: false``) and the alerts, but does not touch the baseline, and says so.
 Concurrent record runs of one stack merge under a file lock
 (:func:`harness.baselines.record`).
+
+Note [Only honest runs record]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+A run with an injected fault (``--inject-fault`` or ``HARNESS_FAULTS``) measures the
+fault. ``--baseline record`` with one is a usage error before anything runs, so the
+stored baseline stays as it was; the run's results name their faults (``faults``), and
+comparisons and ``history`` leave such runs out and say so (Note [Honest comparisons] in
+:mod:`harness.verdict`). ``python -m harness faults check`` records its clean baseline
+without the fault and compares the faulted run against it.
 """
 
 from __future__ import annotations
@@ -88,13 +97,6 @@ class SetupError(Exception):
     """A setting this machine or store cannot honour (the plugin: a usage error)."""
 
 
-def _judged_statuses(run: RunResults) -> dict[str, str]:
-    """Record id -> status for the verdict: records of a listed known failure (a strict
-    xfail, :mod:`harness.known_failures`) do not count as failing; the table says why."""
-    return {rid: ("known-failure" if rec.info.get("known_failure") else rec.status)
-            for rid, rec in run.records.items()}
-
-
 def utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -127,6 +129,14 @@ def start(settings: Settings, *, worker: Optional[int], controller: bool) -> Run
         previous = [fault.name for fault in faults.active()]
     except faults.FaultError as exc:
         raise SetupError(faults.env_error(exc)) from None
+    if settings.baseline_mode == "record" and (settings.faults or previous):
+        # Note [Only honest runs record]
+        active = ", ".join(dict.fromkeys([*settings.faults, *previous]))
+        source = "--inject-fault" if settings.faults else f"{faults.ENV_VAR} in the environment"
+        raise SetupError(f"--baseline record with an injected fault ({active}, from {source}): "
+                         "a baseline must measure the stack, not a fault; the stored baseline "
+                         f"is unchanged. Drop {source} to record, or compare with --baseline "
+                         "compare")
     try:
         faults.set_active(settings.faults)
     except faults.FaultError as exc:
@@ -190,7 +200,22 @@ def header_lines(state: RunState) -> list[str]:
         lines.append(f"unsupported here: {feature}: {reason}")
     if state.settings.faults:
         lines.append(f"INJECTED FAULTS: {', '.join(state.settings.faults)}")
+    base = state.selection.results if state.selection is not None else None
+    if base is not None:
+        ok, why = verdict.usable_baseline(base)
+        lines += [f"NOTE {note}" for note in verdict.comparability(
+            dataclasses.replace(state.run, faults=[]), base)] if ok else \
+            [f"NOT COMPARED: {why}"]
     return [f"harness: {line}" for line in lines]
+
+
+def selection_of(settings: Settings, markexpr: str = "", keyword: str = "",
+                 args: tuple[str, ...] = ()) -> dict:
+    """What the run selected, as stored in its results (``RunResults.selection``)."""
+    out = {"markexpr": markexpr, "keyword": keyword, "op_filter": settings.op_filter,
+           "run_slow": settings.run_slow, "run_benchmarks": settings.run_benchmarks,
+           "args": list(args)}
+    return {k: v for k, v in out.items() if v}
 
 
 # ------------------------------------------------------------------- baseline choice
@@ -228,32 +253,30 @@ def baseline_line(state: RunState) -> str:
 # ------------------------------------------------------------------------- the end
 
 def conclude(state: RunState, complete: bool) -> verdict.RunVerdict:
-    """Judge the run, then write results, baseline and alerts; never raises for I/O.
+    """Judge the run (:func:`harness.verdict.judge` on its stored values), then write
+    results, baseline and alerts; never raises for I/O.
 
-    Errors (unwritable paths, an unusable baseline) land in ``state.errors`` and make the
-    verdict NO-GO; what was written lands in ``state.written``.
+    Errors (unwritable paths, an unusable baseline, a duplicate record id) land in
+    ``state.errors`` (and the results' ``errors``) and make the verdict NO-GO; what was
+    written lands in ``state.written``.
     """
     run, settings, selection = state.run, state.settings, state.selection
     run.finished = utc_now()
     run.complete = complete
     base = selection.results if selection is not None else None
-    if base is not None:
-        # per-record findings were judged where each test ran; add only presence
-        state.findings.extend(regress.presence(run, base, selection.stack_id or "",
-                                               ran_ids=run.outcomes))
-    run.findings = [f.to_json() for f in state.findings
-                    if f.kind in ("regression", "review", "improvement")]
-    failed_tests = [node for node, outcome in run.outcomes.items() if outcome == "failed"]
-    base_statuses = {rid: rec.status for rid, rec in base.records.items()} if base else None
 
     def judge() -> verdict.RunVerdict:
-        return verdict.decide(_judged_statuses(run), state.findings, failed_tests=failed_tests,
-                              baseline_statuses=base_statuses, errors=state.errors,
-                              compared=base is not None,
-                              not_compared=not_compared_reason(state), complete=complete)
+        run.errors = list(state.errors)
+        judged = verdict.judge(run, base, baseline_name=(selection.stack_id or "")
+                               if selection is not None else "",
+                               not_compared=not_compared_reason(state))
+        state.findings = list(judged.findings)
+        run.findings = [f.to_json() for f in judged.findings
+                        if f.kind in ("regression", "review", "improvement", "lost")]
+        run.verdict = judged.to_json()
+        return judged
 
     state.verdict = judged = judge()
-    run.verdict = judged.to_json()
     if not run.records and not run.outcomes:
         return judged  # nothing ran (e.g. --collect-only): write nothing
     _write_results(state)
@@ -309,8 +332,7 @@ def _write_alerts(state: RunState) -> None:
                "baseline": str(selection.path) if selection and selection.path else None,
                "started": run.started, "finished": run.finished}
     try:
-        for written in regress.write_alerts(state.settings.alerts, state.findings, context,
-                                            state.verdict):
+        for written in regress.write_alerts(state.settings.alerts, state.verdict, context):
             state.written.append(f"alerts: {written}")
     except OSError as exc:
         state.errors.append(f"cannot write alerts to {state.settings.alerts}: {exc}; pass a "
@@ -325,12 +347,10 @@ def _write_report(state: RunState) -> None:
     base = selection.results if selection is not None else None
     try:
         model, paths = report.write_for_session(
-            state.run, base, state.findings, state.verdict, state.settings.report,
+            state.run, base, state.verdict, state.settings.report,
             baseline_name=(selection.stack_id or "") if selection is not None else "",
-            not_compared="" if base is not None else not_compared_reason(state),
             alerts=state.settings.alerts,
-            baseline_reason=selection.reason if base is not None else "",
-            errors=list(state.errors))
+            baseline_reason=selection.reason if base is not None else "")
         state.report = model
         state.written += [f"report: {p}" for p in paths]
     except Exception as exc:  # noqa: BLE001 - the run's results are written; say what failed
@@ -350,9 +370,8 @@ def _grouped_lines(state: RunState) -> list[str]:
     if model is None:
         selection = state.selection
         base = selection.results if selection is not None else None
-        model = report.build(state.run, base, state.findings, state.verdict,
-                             baseline_name=(selection.stack_id or "") if selection else "",
-                             not_compared=not_compared_reason(state))
+        model = report.build(state.run, base, state.verdict,
+                             baseline_name=(selection.stack_id or "") if selection else "")
     lines = report.terminal_lines(model, limit=SHOWN)
     return [line for line in lines[3:] if not line.startswith("report: ")]
 
@@ -385,7 +404,8 @@ def summary_lines(state: RunState) -> list[tuple[str, dict]]:
                     f"failing): {', '.join(judged.still_failing[:5])}"
                     + (" ..." if len(judged.still_failing) > 5 else ""), {}))
     counts = ", ".join(f"{len(by_kind.get(k, []))} {k}"
-                       for k in ("regression", "review", "improvement", "new", "missing"))
+                       for k in ("regression", "review", "improvement", "new", "lost",
+                                 "not-run"))
     if state.selection is not None and state.selection.results is not None:
         out.append((f"{len(state.run.records)} records; vs baseline "
                     f"{state.selection.stack_id}: {counts}", {}))

@@ -11,6 +11,7 @@ from harness.device import Unsupported
 from harness.recorder import Recorder, auto_record_id, seed_for, suite_area
 from harness.results import Record, RunResults, lower
 from harness.session import RunState, Settings
+from harness.verdict import judge
 
 NODE = "suites/ops/test_x.py::test_y[float16]"
 CPU = SimpleNamespace(type="cpu")
@@ -117,7 +118,7 @@ def test_metric_drift_fails_the_check_only_with_fail_on_review(fail_on, fails):
         assert f"reproduce: python -m pytest '{NODE}' --device cpu --seed 5" in end.failures[0]
 
 
-def test_collect_rebuilds_records_and_findings_from_the_payload():
+def test_collect_rebuilds_the_records_from_the_payload():
     base = Record("ops/x/a", metrics={"err": 1e-3}, rules={"err": lower(rel=2.0)}, test=NODE)
     now = Record("ops/x/a", metrics={"err": 5e-3}, rules={"err": lower(rel=2.0)}, test=NODE)
     worker = _state([base])
@@ -127,4 +128,38 @@ def test_collect_rebuilds_records_and_findings_from_the_payload():
     checkrun.collect(controller, NODE, "call", "passed", [end.payload()])
     assert controller.run.outcomes == {NODE: "passed"}
     assert controller.run.records["ops/x/a"].metrics == {"err": 5e-3}
-    assert controller.findings == end.findings
+    # the run's findings are the judgement's over the collected records: the same ones
+    assert judge(controller.run, worker.selection.results,
+                 baseline_name="torch-2.4.0").findings == end.findings
+
+
+@pytest.mark.parametrize("error,outcome,status", [
+    (Unsupported("no batch_norm kernel"), "failed", "unsupported"),
+    (RuntimeError("boom"), "failed", "fail"),
+    (None, "skipped", "skip"),
+])
+def test_a_check_stopped_before_it_records_marks_its_baseline_ids(error, outcome, status):
+    """Note [Same ids whatever the outcome]: the baseline's ids of this node, not an
+    automatic one, so pass -> unsupported/fail is a regression of each of them."""
+    base = [Record("ops/x/a", test=NODE), Record("ops/x/b", test=NODE),
+            Record("ops/other/c", test="suites/ops/test_x.py::test_z")]
+    end = checkrun.conclude_check(NODE, [Record("ops/x/a", test=NODE)] if status == "fail"
+                                  else [], error, outcome=outcome, when="call", wasxfail=None,
+                                  state=_state(base))
+    want = [("ops/x/a", "pass"), ("ops/x/b", status)] if status == "fail" else \
+        [("ops/x/a", status), ("ops/x/b", status)]
+    assert [(r.id, r.status) for r in end.records] == want
+    lost = [f.record_id for f in end.findings if f.kind == "regression"]
+    assert lost == ([] if status == "skip" else [rid for rid, s in want if s != "pass"])
+
+
+def test_a_record_id_two_tests_record_is_an_error_naming_both():
+    state = _state()
+    for node in ("suites/a.py::test_one", "suites/b.py::test_two"):
+        end = checkrun.conclude_check(node, [Record("ops/x/same", test=node)], None,
+                                      outcome="passed", when="call", wasxfail=None, state=state)
+        checkrun.collect(state, node, "call", "passed", [end.payload()])
+    [error] = state.errors
+    assert "ops/x/same" in error and "suites/a.py::test_one" in error \
+        and "suites/b.py::test_two" in error
+    assert judge(state.run, None, errors=state.errors).level == "NO-GO"

@@ -42,19 +42,40 @@ def test_noise_aware_rule_ignores_changes_within_the_spread():
     ("pass", "fail", "regression"), ("pass", "error", "regression"),
     ("pass", "unsupported", "regression"), ("pass", "fallback", "regression"),
     ("fallback", "unsupported", "regression"), ("unsupported", "pass", "improvement"),
-    ("pass", "skip", None), ("fail", "fail", None),
+    ("pass", "skip", None), ("fail", "fail", None), ("pass", "slower", "regression"),
+    ("slower", "pass", "improvement"),
 ])
 def test_status_transitions(old, new, kind):
     found = regress.compare_record(Record("ops/x", status=new), Record("ops/x", status=old))
     assert [f.kind for f in found] == ([kind] if kind else [])
 
 
-def test_compare_reports_new_and_missing_for_suites_that_ran(fingerprint):
-    base = RunResults(fingerprint, {r.id: r for r in [Record("ops/a"), Record("ops/b"),
-                                                       Record("amp/c")]})
-    current = RunResults(fingerprint, {r.id: r for r in [Record("ops/a"), Record("ops/new")]})
-    kinds = {(f.kind, f.record_id) for f in regress.compare(current, base, "torch-2.4.0")}
-    assert kinds == {("new", "ops/new"), ("missing", "ops/b")}
+def test_compare_reports_new_lost_and_not_run(fingerprint):
+    """A baseline record is *lost* when its check ran and did not record it, *not run*
+    when its check was not selected or ``--op-filter`` deselected its case."""
+    base = RunResults(fingerprint, {r.id: r for r in [
+        Record("ops/a", test="t1"), Record("ops/b", test="t1"), Record("amp/c", test="t2"),
+        Record("ops/exp/float32/fwd/x", test="t1")]})
+    current = RunResults(fingerprint, {r.id: r for r in [Record("ops/a", test="t1"),
+                                                          Record("ops/new", test="t1")]})
+    kinds = {(f.kind, f.record_id) for f in regress.compare(
+        current, base, "torch-2.4.0", ran_ids={"t1"}, op_filter="^relu")}
+    assert kinds == {("new", "ops/new"), ("lost", "ops/b"), ("not-run", "amp/c"),
+                     ("not-run", "ops/exp/float32/fwd/x")}
+
+
+def test_a_lost_record_is_no_go_and_a_not_run_one_is_not(fingerprint):
+    from harness.verdict import judge
+
+    base = RunResults(fingerprint, {r.id: r for r in [
+        Record("ops/a", test="t1"), Record("ops/b", test="t1"), Record("amp/c", test="t2")]})
+    lost = RunResults(fingerprint, {"ops/a": Record("ops/a", test="t1")}, outcomes={"t1": "passed"})
+    judged = judge(lost, base)
+    assert judged.level == "NO-GO" and judged.lost == [
+        "ops/b: recorded in the baseline, not by t1"]
+    assert "1 record(s) lost" in judged.headline
+    fine = RunResults(fingerprint, {"amp/c": Record("amp/c", test="t2")}, outcomes={"t2": "passed"})
+    assert judge(fine, base).level == "GO"
 
 
 def test_finding_message_names_record_values_rule_and_baseline():
@@ -69,18 +90,29 @@ def test_finding_message_names_record_values_rule_and_baseline():
         assert part in finding.message
 
 
-def test_alerts_are_written_as_json_and_markdown(tmp_path):
+def test_alerts_are_written_as_json_and_markdown(tmp_path, fingerprint):
     import json
 
-    findings = [regress.Finding("regression", "ops/a", "err", 1.0, 3.0, lower().to_json(), "b"),
-                regress.Finding("improvement", "ops/b", "err", 3.0, 1.0, lower().to_json(), "b")]
-    paths = regress.write_alerts(tmp_path / "alerts.json", findings, {"stack_id": "torch-2.4.0"})
+    from harness.verdict import judge
+
+    rule = lower()
+    base = RunResults(fingerprint, {
+        "ops/a": Record("ops/a", metrics={"err": 1.0}, rules={"err": rule}),
+        "ops/b": Record("ops/b", metrics={"err": 3.0}, rules={"err": rule}),
+        "ops/c": Record("ops/c")})
+    run = RunResults(fingerprint, {
+        "ops/a": Record("ops/a", metrics={"err": 3.0}, rules={"err": rule}),
+        "ops/b": Record("ops/b", metrics={"err": 1.0}, rules={"err": rule}),
+        "ops/c": Record("ops/c", status="unsupported", message="no kernel")})
+    judged = judge(run, base, baseline_name="b")
+    paths = regress.write_alerts(tmp_path / "alerts.json", judged, {"stack_id": "torch-2.4.0"})
     doc = json.loads(paths[0].read_text())
-    assert doc["verdict"] == "no-go"
-    assert [r["record_id"] for r in doc["regressions"]] == ["ops/a"]
+    assert doc["verdict"] == "no-go" and doc["lost"] == ["ops/c: pass -> unsupported (no kernel)"]
+    assert [r["record_id"] for r in doc["regressions"]] == ["ops/c"]
+    assert [r["record_id"] for r in doc["reviews"]] == ["ops/a"]
     assert [r["record_id"] for r in doc["improvements"]] == ["ops/b"]
     markdown = paths[1].read_text()
-    assert "NO-GO" in markdown and "`ops/a`" in markdown
+    assert "NO-GO" in markdown and "`ops/a`" in markdown and "pass -> unsupported" in markdown
 
 
 def test_a_finding_survives_its_json():

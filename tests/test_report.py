@@ -106,7 +106,7 @@ def test_a_slower_benchmark_fails_its_standard_and_a_broken_one_lost_capability(
                                     ("bench/op/mm/float32/n256", "bench/op/bmm/float32/b8n128")})
     run = RunResults(fingerprint, {
         "bench/op/mm/float32/n256": Record("bench/op/mm/float32/n256", suite="bench",
-                                           status="fail", message="regression, median 1 -> "
+                                           status="slower", message="regression, median 1 -> "
                                            "1.2, " + "the numbers behind it " * 40, **old),
         "bench/op/bmm/float32/b8n128": Record("bench/op/bmm/float32/b8n128", suite="bench",
                                               status="error", message="RuntimeError", **old)})
@@ -268,7 +268,10 @@ def test_terminal_lines_verdict_counts_top_groups_path_nothing_twice(fingerprint
     assert lines[0].startswith("VERDICT: NO-GO")
     assert lines[2] == ("suites: memory 1 (1 regression); norm 1 (1 fail); "
                         "ops 28 (1 regression, 9 review)")
-    assert lines[3].startswith("probable common cause: aten.clamp_min backward")
+    assert lines[3].startswith("NOTE different seeds: this run 3, the baseline 0")
+    assert lines[4] == "LOST (1): capabilities and records the baseline had:"
+    assert lines[5].startswith("  ops/mm/float32/fwd/typical: pass -> unsupported")
+    assert lines[6].startswith("probable common cause: aten.clamp_min backward")
     assert "  ... 4 more in the report" in lines and lines[-1] == "report: /tmp/r.html"
     assert sum("ops/mm/float32/typical" in line for line in lines) == 1
 
@@ -333,7 +336,7 @@ def test_baseline_diff_is_the_report_from_the_files_own_store(store, capsys, mon
     assert "torch-2.3.0 -> torch-2.4.0" in out and "probable common cause" in out
 
 
-def test_baseline_diff_counts_missing_only_for_tests_that_ran(store, capsys):
+def test_baseline_diff_counts_lost_only_for_tests_that_ran(store, capsys):
     root, (old, new) = store
     doc = json.loads(old.read_text())
     doc["records"]["bench/slow/never_ran"] = {"suite": "bench", "status": "pass",
@@ -342,11 +345,14 @@ def test_baseline_diff_counts_missing_only_for_tests_that_ran(store, capsys):
     doc["records"]["ops/op99/float32/bwd/dropped"] = {"suite": "ops", "status": "pass",
                                                       "test": test}
     old.write_text(json.dumps(doc))
-    assert report.from_files(new, old).missing == []  # neither test ran (outcomes)
+    rep = report.from_files(new, old)  # neither test ran (outcomes): not run, not lost
+    assert rep.lost == [] and {"bench/slow/never_ran", "ops/op99/float32/bwd/dropped"} <= \
+        set(rep.not_run)
     data = results.load(new)
     data.outcomes[test] = "passed"
     results.write(data, new)
-    assert report.from_files(new, old).missing == ["ops/op99/float32/bwd/dropped"]
+    rep = report.from_files(new, old)
+    assert rep.lost == ["ops/op99/float32/bwd/dropped"] and rep.verdict.level == "NO-GO"
 
 
 # --------------------------------------------------------------------------- browser

@@ -2,8 +2,9 @@
 
 Note [Change points]
 ~~~~~~~~~~~~~~~~~~~~
-Series: the results files of one device (``device_type``/``device_slug``) and one
-stack kind (``torch-``, ``cann-``...), in time order (``started``); a benchmark's value
+Series: the honest results files (not fault-injected, complete: Note [Honest
+comparisons] in :mod:`harness.verdict`; the ones left out are counted in the header) of
+one device (``device_type``/``device_slug``) and one stack kind (``torch-``, ``cann-``...), in time order (``started``); a benchmark's value
 per run is the median of that results file's process runs (``info["runs"]``), any other
 record contributes each numeric metric. Detection uses ruptures (PELT, the exact
 penalised segmentation; the ``l2`` cost on the series standardised by a noise estimate
@@ -167,14 +168,20 @@ def load_runs(results_dir: Union[str, Path], stack: Optional[str] = None,
     """
     from harness.results import SchemaError, load
     from harness.stack import split_stack_id
+    from harness.verdict import honest
 
     runs: list[Run] = []
     skipped: list[str] = []
+    left_out: dict[str, int] = {}
     for path in sorted(Path(results_dir).glob("*.json")):
         try:
             result = load(path)
         except SchemaError as exc:  # one bad file must not hide the others
             skipped.append(str(exc))
+            continue
+        if not honest(result)[0]:  # Note [Honest comparisons] in harness.verdict
+            why = "fault-injected" if result.faults else "incomplete"
+            left_out[why] = left_out.get(why, 0) + 1
             continue
         fp = result.fingerprint
         values: dict[str, float] = {}
@@ -186,7 +193,7 @@ def load_runs(results_dir: Union[str, Path], stack: Optional[str] = None,
                 if control is not None:
                     controls[record_id] = control
                 continue
-            if not metrics or rec.status not in ("pass", "fail"):
+            if not metrics or rec.status not in ("pass", "fail", "slower"):
                 continue
             for name, value in rec.metrics.items():
                 if isinstance(value, (int, float)) and not isinstance(value, bool) \
@@ -196,6 +203,8 @@ def load_runs(results_dir: Union[str, Path], stack: Optional[str] = None,
                         f"{fp.get('device_type')}/{fp.get('device_slug')}", values, controls))
     unread = (f" ({len(skipped)} unreadable file(s) skipped; the first: {skipped[0]})"
               if skipped else "")
+    unread += ("; left out " + ", ".join(f"{n} {why} run(s)" for why, n in
+                                         sorted(left_out.items()))) if left_out else ""
     if not runs:
         return [], f"no results files in {results_dir}{unread}"
     runs.sort(key=lambda r: r.started)

@@ -2,8 +2,8 @@
 
 The bench test compares with the baseline itself (the plugin's per-metric comparison
 would judge one number without the runs): it reads the selected baseline's record,
-computes the verdict (:func:`harness.bench.stats.judge`) and records status ``fail``
-for a regression (the message names the medians, ratio, CI, p-values, rule and the
+computes the verdict (:func:`harness.bench.stats.judge`) and records status ``slower``
+(Note [One status type] in harness/ids.py) for a regression (the message names the medians, ratio, CI, p-values, rule and the
 reproduce line) or ``pass`` with ``info["bench_verdict"]`` in ok / suspicious /
 unreliable / improvement / not compared. Timings carry no metric rules, so the generic
 comparison does not alert on noise a second time; ``info["runs"]`` holds the per-run
@@ -18,6 +18,7 @@ import statistics
 from typing import Optional
 
 from harness.bench.stats import BenchVerdict, Policy, judge, reproduce_args
+from harness.ids import Status
 from harness.bench.timing import (RunStat, bench_rounds, freed_memory_kept, pinned,
                                   run_controls, run_values)
 from harness.bench.workloads import Prepared, Workload, WorkloadUnsupported
@@ -64,10 +65,11 @@ class BenchContext:
             full_info["bench_verdict"] = verdict.verdict
             full_info["verdict"] = verdict.to_json()
         summary = verdict.summary() if verdict is not None else "not compared"
-        recorder.check(record_id, verdict is None or not verdict.alerts,
-                       f"benchmark regression against baseline {self.baseline_name}: {summary}",
-                       metrics=out_metrics, info=full_info,
-                       reproduce_args=reproduce_args(len(values)))
+        slower = verdict is not None and verdict.alerts
+        recorder.outcome(record_id, Status.SLOWER if slower else Status.PASS,
+                         f"benchmark regression against baseline {self.baseline_name}: "
+                         f"{summary}", metrics=out_metrics, info=full_info,
+                         reproduce_args=reproduce_args(len(values)))
         self.verdicts[record_id] = verdict
         return verdict
 

@@ -10,7 +10,7 @@ sibling (Markdown); :func:`terminal_lines` is the terminal summary's share of it
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterable, Optional, Union
+from typing import Any, Optional, Union
 
 from harness.report.aten import capture_aten_ops
 from harness.report.model import Report, build, subject_of
@@ -51,19 +51,17 @@ def write(report: Report, html_path: Optional[Union[str, Path]] = None,
     return written
 
 
-def write_for_session(run: RunResults, baseline: Optional[RunResults], findings: list,
-                      verdict: Any, path: Union[str, Path], baseline_name: str = "",
-                      not_compared: str = "", alerts: Optional[Union[str, Path]] = None,
-                      baseline_reason: str = "", errors: Iterable[str] = ()
+def write_for_session(run: RunResults, baseline: Optional[RunResults], verdict: Any,
+                      path: Union[str, Path], baseline_name: str = "",
+                      alerts: Optional[Union[str, Path]] = None, baseline_reason: str = ""
                       ) -> tuple[Report, list[Path]]:
     """``--report PATH``: the run's report to ``PATH`` and its ``.md`` sibling.
 
-    ``verdict`` may be None (then :func:`harness.verdict.decide` is asked here);
-    ``alerts`` is the ``--alerts`` path, whose Markdown sibling the report must not take;
-    ``errors`` (the run's harness errors) count in that verdict.
+    ``verdict`` is the session's (:func:`harness.verdict.judge`); ``alerts`` is the
+    ``--alerts`` path, whose Markdown sibling the report must not take.
     """
-    report = build(run, baseline, findings, verdict, baseline_name=baseline_name,
-                   not_compared=not_compared, baseline_reason=baseline_reason, errors=errors)
+    report = build(run, baseline, verdict, baseline_name=baseline_name,
+                   baseline_reason=baseline_reason)
     taken = Path(alerts).with_suffix(".md") if alerts is not None else None
     return report, write(report, path, markdown_path(path, taken))
 

@@ -8,7 +8,7 @@ Note [Report subjects]
 ~~~~~~~~~~~~~~~~~~~~~~
 A person decides per *subject*, not per metric line: one op case, one model check, one
 collective, one memory case. A subject is a record id with its per-direction or
-per-criterion tail dropped, by a rule per suite (:data:`SUBJECT_RULES`):
+per-criterion tail dropped, by a rule per suite (:func:`harness.ids.subject_of`):
 
 * ``ops/<op>/<dtype>/<fwd|bwd>/<sample>`` -> ``ops/<op>/<dtype>/<sample>``: the catalog's
   case (op x dtype x sample, what :func:`harness.ops.run_case` runs); forward and
@@ -26,10 +26,10 @@ Note [Report ranking]
 ~~~~~~~~~~~~~~~~~~~~~
 Subjects are ranked by what a person must do about them:
 
-0. *capability lost*: a record went pass -> fail/error/unsupported/fallback (a
-   benchmark: -> error/unsupported/fallback; its ``fail`` is a slower verdict, Note
-   [Bench verdict], ranked as failing its standard: the benchmark still runs);
-1. *fails its standard*: a record fails or errors now (also when its baseline failed);
+0. *capability lost*: a record went pass -> fail/error/unsupported/fallback
+   (:data:`harness.ids.LOST`; a benchmark judged ``slower`` still runs: rank 1);
+1. *fails its standard*: a record fails, errors or is slower now (also when its baseline
+   failed);
 2. *beyond its baseline rule*: a metric moved more than its rule allows while every
    check passes (``review``; a ``regression`` where the rule's severity says the change
    itself is a loss, e.g. a lower max batch);
@@ -48,22 +48,16 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
+from harness import ids
 from harness.recorder import reproduce_command
 from harness.regress import Finding, judge
 from harness.results import NON_FINITE, Record, Rule, RunResults
 
 RANKS = ("capability lost", "fails its standard", "beyond its baseline rule", "within its rule")
 CAPABILITY_LOST, FAILS, BEYOND_RULE, WITHIN_RULE = range(4)
-FAILING = ("fail", "error")
-LOST = ("fail", "error", "unsupported", "fallback")
-LOST_BY_SUITE = {"bench": ("error", "unsupported", "fallback")}  # Note [Report ranking]
-
-# Note [Report subjects]: suite -> (regex on the record id, replacement).
-SUBJECT_RULES: dict[str, tuple[str, str]] = {
-    "ops": (r"^(ops/[^/]+/[^/]+)/(?:fwd|bwd)/(.+)$", r"\1/\2"),
-    "opinfo": (r"^(opinfo/[^/]+/[^/]+)/.*$", r"\1"),
-    "amp": (r"^(amp/convergence/[^/]+/[^/]+)/[^/]+$", r"\1"),
-}
+FAILING = ids.FAILING
+LOST = ids.LOST
+subject_of = ids.subject_of
 
 # Metrics shown next to a metric: the standard's view of it (compare.STANDARDS "relative").
 STANDARD_SUFFIX = "_ratio"
@@ -73,15 +67,6 @@ STACK_KEYS = ("stack_id", "torch", "torch_npu", "cann", "cann_components", "driv
               "cuda_runtime", "cudnn", "device_type", "device_name", "device_count",
               "device_slug", "cpu", "cpu_capability", "cpu_threads", "arch", "python", "os",
               "host")
-
-
-def subject_of(record_id: str, suite: str = "") -> str:
-    """The subject a record belongs to (Note [Report subjects])."""
-    suite = suite or record_id.split("/", 1)[0]
-    rule = SUBJECT_RULES.get(suite)
-    if rule is None:
-        return record_id
-    return re.sub(rule[0], rule[1], record_id)
 
 
 # ----------------------------------------------------------------------------- model
@@ -190,7 +175,8 @@ class Report:
     dispatch_changes: list[str]    # aten ops the affected records gained / lost since the baseline
     stack: list[StackRow]
     new: list[str]
-    missing: list[str]
+    lost: list[str]                # baseline records whose check ran and did not record them
+    not_run: list[str]             # baseline records whose check was not selected
     findings: list[Finding]
     path: str = ""                 # where the HTML was written (for the terminal)
     not_compared: str = ""
@@ -292,24 +278,12 @@ def _relative_limits() -> dict:
 
 # ---------------------------------------------------------------------- reproduce line
 
-def op_case_id(record_id: str) -> Optional[str]:
-    """The ``--op-filter`` id of an op record, or None for other suites."""
-    parts = record_id.split("/")
-    if parts[0] == "ops" and len(parts) == 5:
-        op, dtype, direction, sample = parts[1:]
-        return f"{op}-{dtype}-{direction}-{sample}"
-    if parts[0] == "opinfo" and len(parts) >= 3:
-        return "/".join(parts[:3])
-    return None
-
-
-def _anchored(text: str) -> str:
-    return "^" + re.sub(r"([.^$*+?{}\[\]\\|()])", r"\\\1", text) + "$"
+op_case_id = ids.op_case_of
 
 
 def op_filter_for(record_ids: Iterable[str]) -> str:
     cases = sorted({c for c in (op_case_id(r) for r in record_ids) if c})
-    return "|".join(_anchored(c) for c in cases)
+    return "|".join(ids.filter_regex(c) for c in cases)
 
 
 def reproduce_line(records: list[Record], run: RunResults) -> str:
@@ -334,31 +308,23 @@ def reproduce_line(records: list[Record], run: RunResults) -> str:
 
 # ----------------------------------------------------------------------------- build
 
-def build(run: RunResults, baseline: Optional[RunResults] = None,
-          findings: Optional[list] = None, verdict: Any = None, baseline_name: str = "",
-          not_compared: str = "", baseline_reason: str = "", errors: Iterable[str] = ()
-          ) -> Report:
+def build(run: RunResults, baseline: Optional[RunResults] = None, verdict: Any = None,
+          baseline_name: str = "", not_compared: str = "", baseline_reason: str = "",
+          errors: Iterable[str] = ()) -> Report:
     """The report of ``run`` against ``baseline`` (None: the run alone).
 
-    ``findings`` default to :func:`harness.regress.compare` of the two runs, ``missing``
-    limited to tests that ran (``run.outcomes``, else the tests that wrote records);
-    ``verdict`` defaults to :func:`harness.verdict.decide` over them.
+    The verdict and the findings are :func:`harness.verdict.judge`'s (``verdict``: one
+    already judged, e.g. by the session; else judged here); the report only groups, ranks
+    and renders them.
     """
-    from harness import regress
-    from harness.verdict import decide
+    from harness.verdict import judge
 
-    if findings is None:  # missing: only records of tests that ran (outcomes, else records)
-        ran = set(run.outcomes) or {rec.test for rec in run.records.values() if rec.test}
-        findings = [] if baseline is None else regress.compare(
-            run, baseline, baseline_name, ran_ids=ran or None)
-    findings = [f if isinstance(f, Finding) else Finding.from_json(f) for f in findings]
     if verdict is None:
-        failed = [n for n, outcome in run.outcomes.items() if outcome == "failed"]
-        verdict = decide({rid: r.status for rid, r in run.records.items()}, findings,
-                         failed_tests=failed, compared=baseline is not None, errors=errors,
-                         baseline_statuses={rid: r.status for rid, r in baseline.records.items()}
-                         if baseline is not None else None,
-                         not_compared=not_compared or "no baseline given")
+        verdict = judge(run, baseline, baseline_name=baseline_name, errors=errors,
+                        not_compared=not_compared or "no baseline given")
+    if not verdict.compared:
+        baseline = None  # judge refused it (Note [Honest comparisons]) or there is none
+    findings = list(verdict.findings)
     groups: dict[str, list[Record]] = {}
     for rec in run.records.values():
         groups.setdefault(subject_of(rec.id, rec.suite), []).append(rec)
@@ -380,9 +346,10 @@ def build(run: RunResults, baseline: Optional[RunResults] = None,
         cause_note=note, dispatch_changes=changes, stack=stack_diff(baseline.fingerprint if baseline else None,
                                           run.fingerprint),
         new=sorted(f.record_id for f in findings if f.kind == "new"),
-        missing=sorted(f.record_id for f in findings if f.kind == "missing"),
-        findings=findings, not_compared="" if baseline is not None else
-        (not_compared or "no baseline given"), baseline_reason=baseline_reason)
+        lost=sorted(f.record_id for f in findings if f.kind == "lost"),
+        not_run=sorted(f.record_id for f in findings if f.kind == "not-run"),
+        findings=findings, not_compared="" if baseline is not None else verdict.not_compared,
+        baseline_reason=baseline_reason)
 
 
 def _sort_key(subject: Subject) -> tuple:
@@ -390,10 +357,7 @@ def _sort_key(subject: Subject) -> tuple:
     return (subject.rank, -ratio if not math.isnan(ratio) else 0.0, subject.id)
 
 
-def _worst_status(statuses: Iterable[str]) -> str:
-    order = ("error", "fail", "unsupported", "fallback", "skip", "pass")
-    present = set(statuses)
-    return next((s for s in order if s in present), "pass")
+_worst_status = ids.worst
 
 
 def _subject(sid: str, recs: list[Record], baseline: Optional[RunResults],
@@ -411,7 +375,7 @@ def _subject(sid: str, recs: list[Record], baseline: Optional[RunResults],
             rule = Rule.from_json(finding.rule) if finding.rule else rec.rules.get(
                 finding.metric or "")
             if finding.metric is None:
-                lost = lost or finding.new in LOST_BY_SUITE.get(rec.suite, LOST)
+                lost = lost or finding.new in LOST
             changes.append(Change(rec.id, finding.metric, finding.old, finding.new, rule,
                                   finding.kind, worse_ratio(finding.old, finding.new, rule),
                                   _standard_text(rec, finding.metric)))
@@ -513,8 +477,7 @@ def aten_tokens(rec: Record) -> Optional[set[str]]:
         return None
     fwd = {o for o in ops.get("fwd", ()) if o not in TRIVIAL_OPS}
     bwd = {o for o in ops.get("bwd", ()) if o not in TRIVIAL_OPS}
-    parts = rec.id.split("/")
-    direction = parts[3] if len(parts) > 3 and parts[0] in ("ops", "opinfo") else ""
+    direction = ids.direction_of(rec.id)
     if direction == "bwd":
         return {f"{o} backward" for o in fwd} | {f"{o} (in backward)" for o in bwd}
     if direction == "fwd":

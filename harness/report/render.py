@@ -2,7 +2,9 @@
 
 All three read the same :class:`~harness.report.model.Report` and show the same sections
 in the same order: verdict, counts per suite, probable common cause, the ranked groups,
-top movers within their rules, stack diff, pictures, new / missing records. The HTML
+top movers within their rules, stack diff, pictures, new / lost / not-run records. The
+verdict, its notes and its lost capabilities are :func:`harness.verdict.judge`'s, shown
+as given. The HTML
 embeds its plots as inline SVG and its CSS in a ``<style>`` element: it loads nothing.
 """
 
@@ -14,7 +16,7 @@ from typing import Optional
 from harness.report.model import RANKS, Report, Subject, fmt, fmt_ratio
 
 COUNT_COLUMNS = ("records", "pass", "fail", "error", "unsupported", "fallback", "skip",
-                 "regression", "review", "improvement", "new", "missing")
+                 "slower", "regression", "review", "improvement", "new", "lost", "not-run")
 MOVERS_PER_SUITE = 10
 
 
@@ -29,6 +31,11 @@ def _compared_line(report: Report) -> str:
     why = report.baseline_reason or report.baseline_name or old.get("stack_id")
     return (f"{old.get('stack_id')} -> {fp.get('stack_id')} on {fp.get('device_type')}/"
             f"{fp.get('device_slug')}; baseline {why}")
+
+
+def _notes(report: Report) -> list[str]:
+    """How the compared runs differ, and the faults (Note [Honest comparisons])."""
+    return [f"NOTE {note}" for note in report.verdict.notes]
 
 
 def _summary(report: Report) -> str:
@@ -73,10 +80,17 @@ def terminal_lines(report: Report, limit: int = 10) -> list[str]:
     lines = [report.verdict.line, _compared_line(report)]
     counts = []
     for suite, row in report.counts.items():
-        bad = ", ".join(f"{row[k]} {k}" for k in ("fail", "error", "regression", "review",
-                                                  "missing") if row.get(k))
+        bad = ", ".join(f"{row[k]} {k}" for k in ("fail", "error", "slower", "regression",
+                                                  "review", "lost") if row.get(k))
         counts.append(f"{suite} {row.get('records', 0)}" + (f" ({bad})" if bad else ""))
     lines.append("suites: " + "; ".join(counts))
+    lines += _notes(report)
+    lost = report.verdict.lost
+    if lost:
+        lines.append(f"LOST ({len(lost)}): capabilities and records the baseline had:")
+        lines += [f"  {line}" for line in lost[:limit]]
+        if len(lost) > limit:
+            lines.append(f"  ... {len(lost) - limit} more in the report")
     for cause in report.causes[:1]:
         lines.append(f"probable common cause: {cause.line}")
     if report.dispatch_changes:
@@ -107,7 +121,11 @@ def _md_cell(text: object) -> str:
 def markdown(report: Report, plots_note: str = "") -> str:
     """The report as Markdown: the same sections as the HTML, plots named but not drawn."""
     v = report.verdict
-    out = [f"# {v.line}", "", f"**{_compared_line(report)}**", "", _summary(report), ""]
+    out = [f"# {v.line}", "", f"**{_compared_line(report)}**", ""]
+    out += [f"**{note}**  " for note in _notes(report)]
+    if v.lost:
+        out += ["", f"## Lost ({len(v.lost)})", ""] + [f"- {_md_cell(x)}" for x in v.lost]
+    out += ["", _summary(report), ""]
     out += ["## Counts per suite", "", "| suite | " + " | ".join(COUNT_COLUMNS) + " |",
             "|---|" + "---:|" * len(COUNT_COLUMNS)]
     for suite, row in report.counts.items():
@@ -155,8 +173,9 @@ def markdown(report: Report, plots_note: str = "") -> str:
 
 def _presence_md(report: Report) -> list[str]:
     out = []
-    for name, ids in (("New records", report.new), ("Missing records (their tests ran)",
-                                                    report.missing)):
+    for name, ids in (("New records", report.new),
+                      ("Lost records (their checks ran and did not record them)", report.lost),
+                      ("Not run (their checks were not selected)", report.not_run)):
         out += [f"## {name} ({len(ids)})", ""]
         out += [f"- `{rid}`" for rid in ids[:50]] or ["none"]
         if len(ids) > 50:
@@ -192,7 +211,7 @@ nav a{margin-right:12px;color:#1f5f8b}
 
 SECTIONS = (("cause", "Common cause"), ("groups", "Groups"), ("counts", "Counts"),
             ("movers", "Top movers"), ("stack", "Stack"), ("plots", "Pictures"),
-            ("presence", "New / missing"))
+            ("presence", "New / lost / not run"))
 
 
 def _e(text: object) -> str:
@@ -210,8 +229,12 @@ def html_page(report: Report, plots: list[tuple[str, str]], notes: list[str],
     # the verdict line already names up to three reasons; list them only when there are more
     reasons = "".join(f"<p>{_e(r)}</p>" for r in v.reasons) if len(v.reasons) > 3 else ""
     out.append(f'<section id="verdict" class="verdict {_e(v.level)}"><h1>{_e(v.line)}</h1>'
-               f"<p><b>{_e(_compared_line(report))}</b></p><p>{_e(_summary(report))}</p>"
-               f"{reasons}</section>")
+               f"<p><b>{_e(_compared_line(report))}</b></p>"
+               + "".join(f"<p><b>{_e(n)}</b></p>" for n in _notes(report))
+               + f"<p>{_e(_summary(report))}</p>{reasons}"
+               + (f"<h2>Lost ({len(v.lost)})</h2><ul>"
+                  + "".join(f"<li>{_e(x)}</li>" for x in v.lost) + "</ul>" if v.lost else "")
+               + "</section>")
     out.append("<nav>" + "".join(f'<a href="#{k}">{_e(t)}</a>' for k, t in SECTIONS) + "</nav>")
     out += _html_cause(report)
     out += _html_groups(report)
@@ -319,8 +342,9 @@ def _html_stack(report: Report) -> list[str]:
 
 
 def _html_presence(report: Report) -> list[str]:
-    out = ['<section id="presence"><h2>New and missing records</h2>']
-    for name, ids in (("new", report.new), ("missing (their tests ran)", report.missing)):
+    out = ['<section id="presence"><h2>New, lost and not-run records</h2>']
+    for name, ids in (("new", report.new), ("lost (their checks ran)", report.lost),
+                      ("not run (not selected)", report.not_run)):
         listed = "".join(f"<li><code>{_e(r)}</code></li>" for r in ids[:50])
         more = f"<li>... {len(ids) - 50} more</li>" if len(ids) > 50 else ""
         out.append(f"<h3>{len(ids)} {_e(name)}</h3><ul>{listed}{more}</ul>")
