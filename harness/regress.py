@@ -28,6 +28,7 @@ from typing import Any, Iterable, Optional, Union
 from harness import ids
 from harness.results import NON_FINITE, Record, Rule, RunResults, atomic_write_text
 
+
 @dataclasses.dataclass(frozen=True)
 class Finding:
     """One difference between a run and its baseline."""

@@ -158,6 +158,16 @@ def _started(settings: Settings, worker: Optional[int], controller: bool,
     except DeviceUnavailable as exc:
         raise SetupError(str(exc)) from None
     why = [f"{p.type} not used: {p.reason}" for p in probes if not p.available]
+    if settings.op_filter:
+        from harness.ops import filter_matches
+
+        if not filter_matches(settings.op_filter):
+            raise SetupError(
+                f"--op-filter {settings.op_filter!r} matches no op case, so every op check "
+                "would be skipped and the run would check nothing. It is a regular "
+                "expression searched in case ids such as 'exp-float16-fwd-odd257' (the "
+                "catalog) and 'opinfo/add/float32' (the OpInfo sweep); a failing case's "
+                "reproduce line prints its own")
     run = RunResults(fingerprint=fingerprint(device), started=utc_now(), seed=settings.seed,
                      faults=list(settings.faults))
     selection = None

@@ -32,7 +32,7 @@ def test_baseline_show(store, capsys):
 def test_baseline_diff_reports_regressions_and_exits_1(store, capsys):
     assert cli.main(["baseline", "diff", "torch-2.3.0", "torch-2.4.0", "--dir", str(store)]) == 1
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == "VERDICT: NO-GO (1 failing check(s); 1 regression(s))"
+    assert out[0] == "VERDICT: NO-GO (1 failing check(s); 1 capability(ies) lost)"
     assert out[1] == "torch-2.3.0 -> torch-2.4.0 on cpu/x86-64-avx2; baseline torch-2.3.0"
     assert "  [capability lost] ops/a: status pass -> fail FAILS" in out
 

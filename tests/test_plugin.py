@@ -92,7 +92,7 @@ def test_record_then_compare_round_trip(project):
     again = project.runpytest("--baseline-dir", "b")
     again.assert_outcomes(passed=2)
     again.stdout.fnmatch_lines(["harness: baseline: *(same stack)", "VERDICT: GO",
-                                "*0 regression, 0 review, 0 improvement, 0 new, 0 missing"])
+                                "*0 regression, 0 review, 0 improvement, 0 new, 0 lost, 0 not-run"])
 
 
 def test_metric_drift_is_review_exit_0_and_names_everything(project):
@@ -133,7 +133,7 @@ def test_improvement_is_listed_not_failed(project):
     result = project.runpytest("--baseline-dir", "b")
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["VERDICT: GO", "*vs baseline torch-*: 0 regression, 0 review, "
-                                 "1 improvement, 0 new, 0 missing"])
+                                 "1 improvement, 0 new, 0 lost, 0 not-run"])
 
 
 def test_hand_edited_better_baseline_makes_the_run_fail_naming_the_record(project):

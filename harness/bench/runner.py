@@ -18,10 +18,16 @@ import statistics
 from typing import Optional
 
 from harness.bench.stats import BenchVerdict, Policy, judge, reproduce_args
-from harness.ids import Status
-from harness.bench.timing import (RunStat, bench_rounds, freed_memory_kept, pinned,
-                                  run_controls, run_values)
+from harness.bench.timing import (
+    RunStat,
+    bench_rounds,
+    freed_memory_kept,
+    pinned,
+    run_controls,
+    run_values,
+)
 from harness.bench.workloads import Prepared, Workload, WorkloadUnsupported
+from harness.ids import Status
 
 
 @dataclasses.dataclass

@@ -43,10 +43,21 @@ class ModelReport:
             out[r.status] = out.get(r.status, 0) + 1
         return out
 
+    def judged(self):
+        """The model check's verdict: :func:`harness.verdict.judge` over its records (a
+        check whose every case was skipped, e.g. on empty inputs, is NOTHING CHECKED)."""
+        from harness.results import Record, RunResults
+        from harness.verdict import judge
+
+        run = RunResults(fingerprint={"device_type": self.inventory.device_type},
+                         records={r.id: Record(r.id, status=r.status, message=r.message)
+                                  for r in self.results})
+        return judge(run, None, not_compared="a model check compares with no baseline")
+
     @property
     def ok(self) -> bool:
-        return self.inventory.will_run and not any(
-            r.status in ("fail", "error", "unsupported") for r in self.results)
+        return self.inventory.will_run and self.judged().level == "GO" and not any(
+            r.status == "unsupported" for r in self.results)
 
     def text(self, limit: int = 15) -> str:
         c = self.capture
@@ -77,6 +88,9 @@ class ModelReport:
     def verdict(self) -> str:
         """GO, or NO-GO saying how many failing records are the harness's own replay
         errors rather than the device's (Note [Replay errors are the harness's])."""
+        judged = self.judged()
+        if judged.nothing_checked:
+            return f"NO-GO ({judged.reasons[0]})"
         if self.ok:
             return "GO: every captured call runs and matches the CPU reference"
         harness = sum(1 for r in self.results if r.info.get("harness_error"))
@@ -92,6 +106,7 @@ class ModelReport:
         return {"capture": self.capture.to_json(), "inventory": self.inventory.to_json(),
                 "cases": self.cases, "seconds": round(self.seconds, 2),
                 "counts": self.counts(), "ok": self.ok,
+                "verdict": self.judged().to_json(),
                 "records": [r.to_json() for r in self.results]}
 
 
@@ -111,7 +126,14 @@ def check(factory: str, device, *, inputs: Optional[Sequence[TensorSpec]] = None
     built = cases_mod.build_cases(capture)
     start = time.perf_counter()
     results: list[OpOutcome] = []
-    if run_cases:
+    empty = [f"input {i} has shape {'x'.join(map(str, t.shape))}" for i, t in
+             enumerate(spec.inputs) if t.numel() == 0]
+    if run_cases and empty:  # every case would compare empty tensors: nothing checked
+        why = (f"{'; '.join(empty)}: no elements, so no case compares anything; give "
+               "--input shapes with elements")
+        results = [OpOutcome(case.record_id("fwd"), status="skip", message=why)
+                   for case in built]
+    elif run_cases:
         for case in built:
             results.extend(cases_mod.run_model_case(device, case, seed))
     seconds = time.perf_counter() - start

@@ -16,10 +16,36 @@
 The last two are imported by the suites that use them, not here.
 """
 
+import re
+
+from harness import ids
 from harness.ops.catalog import BY_NAME, CATALOG
 from harness.ops.outcome import OpOutcome
-from harness.ops.runner import case_id, filter_regex, record_id, run_case
+from harness.ops.runner import DIRECTIONS, case_id, filter_regex, record_id, run_case
 from harness.ops.spec import FLOATS, INTS, I, M, OpEntry, Sample, T
 
-__all__ = ["BY_NAME", "CATALOG", "FLOATS", "INTS", "I", "M", "OpEntry", "OpOutcome", "Sample",
-           "T", "case_id", "filter_regex", "record_id", "run_case"]
+DETERMINISM_DTYPES = ("float32", "float16", "bfloat16")
+DETERMINISM_CASES = tuple(ids.op_case("mm", dt, "run_twice", "64x96x48")
+                          for dt in DETERMINISM_DTYPES)
+"""The case ids of ``suites/ops/test_catalog.py``'s run-twice determinism checks."""
+
+
+def filter_matches(op_filter: str) -> bool:
+    """Whether ``--op-filter`` selects at least one op case: a catalog case (any sample,
+    slow ones included), a determinism case, or an OpInfo case (``opinfo/<op>/<dtype>``).
+    A filter that selects none is a usage error (the plugin says so before the run)."""
+    regex = re.compile(op_filter)
+    if any(regex.search(case_id(entry.name, dtype, d, s.name)) for entry in CATALOG
+           for dtype in entry.dtypes for s in entry.samples for d in DIRECTIONS):
+        return True
+    if any(regex.search(c) for c in DETERMINISM_CASES):
+        return True
+    from harness.ops import opinfo
+
+    op_db, _ = opinfo.load_op_db()
+    return op_db is not None and bool(opinfo.select(opinfo.cases(op_db), op_filter))
+
+
+__all__ = ["BY_NAME", "CATALOG", "DETERMINISM_CASES", "DETERMINISM_DTYPES", "FLOATS", "INTS",
+           "I", "M", "OpEntry", "OpOutcome", "Sample", "T", "case_id", "filter_matches",
+           "filter_regex", "record_id", "run_case"]

@@ -19,31 +19,22 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import re
 from typing import Any, Callable, Mapping, Optional
 
 import torch
 
-from harness import dtypes
+from harness import dtypes, ids
 from harness.compare import Verdict
 from harness.ops import policy
 from harness.ops.outcome import OpOutcome
 from harness.ops.spec import DTYPES, UPCAST, OpEntry, Sample, T, case_seed, materialize
 
-DIRECTIONS = ("fwd", "bwd")
+DIRECTIONS = ids.DIRECTIONS
+case_id = ids.op_case      # ``exp-float16-fwd-odd257`` (harness.ids builds every record id)
+record_id = ids.op_record  # ``ops/exp/float16/fwd/odd257``
 
 
-def case_id(op: str, dtype: str, direction: str, sample: str) -> str:
-    return f"{op}-{dtype}-{direction}-{sample}"
-
-
-def record_id(op: str, dtype: str, direction: str, sample: str) -> str:
-    return f"ops/{op}/{dtype}/{direction}/{sample}"
-
-
-def filter_regex(case: str) -> str:
-    """An ``--op-filter`` value that selects exactly one case id."""
-    return "^" + re.sub(r"([.^$*+?{}\[\]\\|()])", r"\\\1", case) + "$"
+filter_regex = ids.filter_regex
 
 
 # --------------------------------------------------------------------------- helpers

@@ -19,7 +19,8 @@ import re
 import pytest
 import torch
 
-from harness.ops import CATALOG, filter_regex, run_case
+from harness import ids
+from harness.ops import CATALOG, DETERMINISM_DTYPES, filter_regex, run_case
 from harness.ops.runner import DIRECTIONS, case_id
 from harness.results import lower
 
@@ -81,9 +82,9 @@ def test_op_large(entry, device, results, settings):
 # A kernel that adds run-to-run noise (a race in a split-K reduction, an uninitialised
 # workspace) can stay inside every precision standard; only running twice shows it.
 
-@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("dtype", DETERMINISM_DTYPES)
 def test_mm_run_twice_bit_identical(dtype, device, results, settings):
-    case = f"mm-{dtype}-run_twice-64x96x48"
+    case = ids.op_case("mm", dtype, "run_twice", "64x96x48")
     if settings.op_filter and not re.search(settings.op_filter, case):
         pytest.skip(f"{case} does not match --op-filter {settings.op_filter!r}")
     gen = torch.Generator().manual_seed(settings.seed + 7)
@@ -99,7 +100,7 @@ def test_mm_run_twice_bit_identical(dtype, device, results, settings):
     differ = int((first.view(-1).view(torch.int16 if first.element_size() == 2 else torch.int32)
                   != second.view(-1).view(torch.int16 if first.element_size() == 2
                                           else torch.int32)).sum())
-    results.check(f"ops/mm/{dtype}/run_twice/64x96x48", differ == 0,
+    results.check(ids.op_record("mm", dtype, "run_twice", "64x96x48"), differ == 0,
                   f"torch.mm ({dtype}, 64x96 @ 96x48) is not deterministic: {differ} of "
                   f"{first.numel()} elements differ bitwise between two identical runs on "
                   f"{device.type}; max difference "
