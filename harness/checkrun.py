@@ -141,6 +141,7 @@ def conclude_check(nodeid: str, records: Iterable[Record], error: Optional[BaseE
         records, selection.results if selection is not None else None,
         (selection.stack_id or "") if selection is not None else "", state.settings.fail_on)
     if failing_findings:
+        end.skip = None  # a capability the baseline had is lost: that fails, it is no skip
         reproduce = reproduce_of(nodeid, state.device.type, state.settings)
         end.failures.append(regress.failure_message(failing_findings, reproduce))
     return end

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import os
 from pathlib import Path
 from typing import Optional
 
@@ -129,9 +130,10 @@ def start(settings: Settings, *, worker: Optional[int], controller: bool) -> Run
         previous = [fault.name for fault in faults.active()]
     except faults.FaultError as exc:
         raise SetupError(faults.env_error(exc)) from None
-    if settings.baseline_mode == "record" and (settings.faults or previous):
+    from_env = [n for n in os.environ.get(faults.ENV_VAR, "").split(",") if n]
+    if settings.baseline_mode == "record" and (settings.faults or previous or from_env):
         # Note [Only honest runs record]
-        active = ", ".join(dict.fromkeys([*settings.faults, *previous]))
+        active = ", ".join(dict.fromkeys([*settings.faults, *previous, *from_env]))
         source = "--inject-fault" if settings.faults else f"{faults.ENV_VAR} in the environment"
         raise SetupError(f"--baseline record with an injected fault ({active}, from {source}): "
                          "a baseline must measure the stack, not a fault; the stored baseline "

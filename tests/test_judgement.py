@@ -1,0 +1,262 @@
+"""One judgement (harness.verdict.judge): every view of one run gives the same verdict,
+a lost capability is NO-GO and named, nothing checked is never GO, and only honest runs
+become baselines or history (issue 21, items 1-4)."""
+
+import json
+import re
+
+import pytest
+
+from harness import cli, known_failures, results
+from harness.known_failures import KnownFailure
+from harness.verdict import judge
+
+CHECKS = """
+import torch
+
+def test_metric(device, results):
+    results.record("demo/metric/float32", status={status!r}, metrics={{"err": 1e-3}},
+                   message="err too large")
+
+def test_add(device, results):
+    a = torch.linspace(1, 2, 64)
+    with device.scope():
+        dut = a + a
+    err = float(((dut.double() - 2 * a.double()).abs() / (2 * a.double())).max())
+    results.check("demo/add/float32", err < 1e-6, f"add max_rel_err {{err:.3g}}",
+                  metrics={{"max_rel_err": err}})
+"""
+
+INTERRUPT = """
+def test_zz_interrupt(results):
+    results.record("demo/partial", metrics={"v": 1})
+    raise KeyboardInterrupt
+"""
+
+
+@pytest.fixture
+def demo(pytester, monkeypatch):
+    pytester.makeconftest('pytest_plugins = ["harness.plugin"]')
+    pytester.makeini("[pytest]\naddopts = -p no:cacheprovider -p no:randomly\n")
+    (pytester.path / "suites" / "demo").mkdir(parents=True)
+
+    def write(status="pass"):
+        (pytester.path / "suites" / "demo" / "test_demo.py").write_text(
+            CHECKS.format(status=status))
+
+    write()
+    pytester.write = write
+    monkeypatch.chdir(pytester.path)
+    return pytester
+
+
+def _newest_results(path):
+    return sorted((path / "results").glob("*.json"))[-1]
+
+
+def _baseline(path):
+    [stored] = list((path / "b").glob("*/*/*.json"))
+    return stored
+
+
+def _views(demo, result, capsys):
+    """The verdict of each view of the run just made: terminal, exit code, alerts JSON and
+    Markdown, report HTML and Markdown, ``harness report`` and ``baseline diff``."""
+    terminal = re.search(r"^VERDICT: (\S+)", result.stdout.str(), re.M).group(1)
+    alerts = json.loads((demo.path / "a.json").read_text())["verdict"].upper()
+    alerts_md = re.search(r"^# Conformance run: (\S+)", (demo.path / "a.md").read_text(),
+                          re.M).group(1)
+    html = re.search(r'class="verdict ([A-Z-]+)"', (demo.path / "r.html").read_text()).group(1)
+    report_md = re.search(r"^# VERDICT: (\S+)", (demo.path / "r.report.md").read_text()
+                          if (demo.path / "r.report.md").exists()
+                          else (demo.path / "r.md").read_text(), re.M).group(1)
+    stored = _newest_results(demo.path)
+    capsys.readouterr()
+    rc_report = cli.main(["report", str(stored), "--against", str(_baseline(demo.path))])
+    cli_report = re.search(r"^VERDICT: (\S+)", capsys.readouterr().out, re.M).group(1)
+    rc_diff = cli.main(["baseline", "diff", str(_baseline(demo.path)), str(stored)])
+    cli_diff = re.search(r"^VERDICT: (\S+)", capsys.readouterr().out, re.M).group(1)
+    return {"terminal": terminal, "exit": "NO-GO" if result.ret else "GO",
+            "alerts.json": alerts, "alerts.md": alerts_md, "report.html": html,
+            "report.md": report_md, "harness report": cli_report,
+            "harness report rc": "NO-GO" if rc_report else "GO", "baseline diff": cli_diff,
+            "baseline diff rc": "NO-GO" if rc_diff else "GO"}
+
+
+ARGS = ("--baseline-dir", "b", "--alerts", "a.json", "--report", "r.html")
+
+
+def test_a_clean_run_is_go_in_every_view(demo, capsys):
+    demo.runpytest("--baseline", "record", "--baseline-dir", "b").assert_outcomes(passed=2)
+    views = _views(demo, demo.runpytest(*ARGS), capsys)
+    assert set(views.values()) == {"GO"}, views
+
+
+def test_a_known_failure_night_is_go_in_every_view(demo, capsys, monkeypatch):
+    demo.runpytest("--baseline", "record", "--baseline-dir", "b").assert_outcomes(passed=2)
+    demo.write(status="fail")
+    monkeypatch.setattr(known_failures, "KNOWN_FAILURES", (KnownFailure(
+        "cpu", "torch-*", "suites/demo/test_demo.py::test_metric", "a known bug", "https://example.org/issues/1"),))
+    result = demo.runpytest(*ARGS)
+    result.assert_outcomes(passed=1, xfailed=1)
+    views = _views(demo, result, capsys)
+    assert set(views.values()) == {"GO"}, views
+    alerts = json.loads((demo.path / "a.json").read_text())
+    assert alerts["known_failures"] == ["demo/metric/float32"]
+
+
+def test_an_interrupted_run_is_no_go_in_every_view(demo, capsys):
+    demo.runpytest("--baseline", "record", "--baseline-dir", "b").assert_outcomes(passed=2)
+    (demo.path / "suites" / "demo" / "test_zz.py").write_text(INTERRUPT)
+    result = demo.runpytest_subprocess(*ARGS)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    views = _views(demo, result, capsys)
+    assert set(views.values()) == {"NO-GO"}, views
+    assert not results.load(_newest_results(demo.path)).complete
+
+
+def test_a_faulted_run_is_no_go_in_every_view_and_says_so(demo, capsys):
+    demo.runpytest("--baseline", "record", "--baseline-dir", "b").assert_outcomes(passed=2)
+    result = demo.runpytest(*ARGS, "--inject-fault", "example.add_drift")
+    views = _views(demo, result, capsys)
+    assert set(views.values()) == {"NO-GO"}, views
+    result.stdout.fnmatch_lines(["NOTE FAULTS INJECTED: example.add_drift*"])
+    assert results.load(_newest_results(demo.path)).faults == ["example.add_drift"]
+    assert "FAULTS INJECTED" in (demo.path / "r.html").read_text()
+
+
+# ------------------------------------------------------------ only honest runs record
+
+def test_record_with_an_injected_fault_is_refused_and_the_baseline_unchanged(demo,
+                                                                              monkeypatch):
+    demo.runpytest("--baseline", "record", "--baseline-dir", "b")
+    before = _baseline(demo.path).read_text()
+    result = demo.runpytest("--baseline", "record", "--baseline-dir", "b", "--inject-fault",
+                            "example.add_drift")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--baseline record with an injected fault (example.add_drift, "
+                                 "from --inject-fault)*the stored baseline is unchanged*"])
+    monkeypatch.setenv("HARNESS_FAULTS", "example.add_drift")
+    result = demo.runpytest("--baseline", "record", "--baseline-dir", "b")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*from HARNESS_FAULTS in the environment*"])
+    assert _baseline(demo.path).read_text() == before
+
+
+def test_a_faulted_or_incomplete_baseline_is_not_compared(fingerprint):
+    from harness.results import Record, RunResults
+
+    run = RunResults(fingerprint, {"demo/a": Record("demo/a")}, outcomes={"t": "passed"})
+    faulted = RunResults(fingerprint, {"demo/a": Record("demo/a", status="fail")},
+                         faults=["example.add_drift"])
+    judged = judge(run, faulted)
+    assert not judged.compared and "fault-injected (example.add_drift)" in judged.not_compared
+    partial = RunResults(fingerprint, {"demo/a": Record("demo/a")}, complete=False)
+    assert "did not complete" in judge(run, partial).not_compared
+
+
+def test_a_comparison_across_seeds_says_so_in_the_header_and_the_report(demo):
+    demo.runpytest("--baseline", "record", "--baseline-dir", "b", "--seed", "7")
+    result = demo.runpytest(*ARGS)
+    result.stdout.fnmatch_lines(["harness: NOTE different seeds: this run 0, the baseline 7*",
+                                 "NOTE different seeds: this run 0, the baseline 7*"])
+    assert "different seeds: this run 0, the baseline 7" in (demo.path / "r.html").read_text()
+
+
+def test_history_leaves_out_fault_injected_and_incomplete_runs(demo, capsys):
+    from harness.bench import history
+
+    demo.runpytest("--baseline-dir", "b")
+    demo.runpytest("--baseline-dir", "b", "--inject-fault", "example.add_drift")
+    runs, what = history.load_runs(demo.path / "results")
+    assert len(runs) == 1 and "left out 1 fault-injected run(s)" in what
+
+
+# ----------------------------------------------------------------- nothing checked
+
+def test_a_run_whose_every_check_skipped_is_nothing_checked_and_fails(demo):
+    (demo.path / "suites" / "demo" / "test_demo.py").write_text(
+        "import pytest\n\ndef test_a(results):\n    pytest.skip('no such feature here')\n")
+    result = demo.runpytest("--baseline", "off", "--alerts", "a.json")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["VERDICT: NO-GO (NOTHING CHECKED: all 1 record(s) skipped*"])
+    assert json.loads((demo.path / "a.json").read_text())["nothing_checked"] is True
+
+
+# ------------------------------------------------- lost capabilities (upgrade direction)
+
+USER_FAULT = '''
+from harness.faults import patch_attr
+
+
+def _dropped(original):
+    def batch_norm(*args, **kwargs):
+        raise RuntimeError("\\"batch_norm_cpu\\" not implemented for 'Float'")
+    return batch_norm
+
+
+BN_DROPPED = patch_attr("user.bn_dropped", family="user",
+                        description="batch_norm has no float32 kernel (an upgrade dropped it)",
+                        target="torch.nn.functional.batch_norm", replace=_dropped,
+                        checks=("suites/norm/test_batchnorm.py",))
+'''
+
+
+def test_a_kernel_the_upgrade_dropped_is_no_go_naming_each_lost_capability(tmp_path):
+    """Record suites/norm/test_batchnorm.py, then batch_norm raises "not implemented for
+    'Float'" (a user fault standing for the new stack): each record the baseline holds
+    goes pass -> unsupported, named in the terminal and the report; NO-GO, rc 1."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    (tmp_path / "userfaults.py").write_text(USER_FAULT)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(tmp_path)])}
+    env.pop("HARNESS_FAULTS", None)
+    common = [sys.executable, "-m", "pytest", "suites/norm/test_batchnorm.py", "-p",
+              "no:randomly", "-p", "no:cacheprovider", "--baseline-dir", str(tmp_path / "b"),
+              "--results-dir", str(tmp_path / "results")]
+    subprocess.run([*common, "--baseline", "record"], cwd=root, env=env, check=True,
+                   capture_output=True)
+    base = results.load(_baseline(tmp_path))
+    assert base.records and {r.status for r in base.records.values()} == {"pass"}
+    run = subprocess.run([*common, "--inject-fault", "userfaults:BN_DROPPED", "--report",
+                          str(tmp_path / "r.html")], cwd=root, env=env, capture_output=True,
+                         text=True)
+    assert run.returncode == 1, run.stdout[-3000:]
+    assert re.search(r"^VERDICT: NO-GO \(.*\b" + str(len(base.records))
+                     + r" capability\(ies\) lost", run.stdout, re.M), run.stdout[-3000:]
+    page = (tmp_path / "r.html").read_text()
+    for rid in base.records:
+        line = f"{rid}: pass -> unsupported (RuntimeError: \"batch_norm_cpu\" not implemented"
+        assert f"  {line}" in run.stdout
+        assert rid in page
+    assert " new," in run.stdout and " 0 new, 0 lost" in run.stdout
+
+
+ERRORS_LATER = """
+def test_two(results):
+    if {broken}:
+        raise RuntimeError("the new stack's kernel crashed")
+    results.record("demo/two/a", metrics={{"v": 1.0}})
+    results.record("demo/two/b", metrics={{"v": 2.0}})
+"""
+
+
+@pytest.mark.parametrize("error", ["RuntimeError(\"the new stack's kernel crashed\")",
+                                   "AssertionError('wrong before recording')"])
+def test_a_check_that_errors_before_it_records_loses_each_of_its_records(demo, error):
+    path = demo.path / "suites" / "demo" / "test_demo.py"
+    path.write_text(ERRORS_LATER.format(broken=False))
+    demo.runpytest("--baseline", "record", "--baseline-dir", "b").assert_outcomes(passed=1)
+    path.write_text(ERRORS_LATER.format(broken=True).replace(
+        "RuntimeError(\"the new stack's kernel crashed\")", error))
+    result = demo.runpytest(*ARGS)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["VERDICT: NO-GO (*2 capability(ies) lost)",
+                                 "LOST (2): *", "  demo/two/a: pass -> fail *",
+                                 "  demo/two/b: pass -> fail *",
+                                 "*0 new, 0 lost, 0 not-run"])
+    assert "demo/two/a: pass -&gt; fail" in (demo.path / "r.html").read_text()
