@@ -218,7 +218,7 @@ def record(root: Union[str, Path], run: RunResults) -> Path:
 
 def _merge_into(path: Path, run: RunResults) -> None:
     merged = RunResults(fingerprint=run.fingerprint, records={}, started=run.started,
-                        finished=run.finished, seed=run.seed, selection=dict(run.selection))
+                        finished=run.finished, seed=run.seed, selection=run.selection)
     if path.exists():
         try:
             existing = results_mod.load(path)
@@ -235,7 +235,7 @@ def _merge_into(path: Path, run: RunResults) -> None:
         check_agrees(path, existing.fingerprint)
         merged.records.update(existing.records)
         if existing.records and existing.selection != run.selection:
-            merged.selection = {}  # records of several selections: none describes them all
+            merged.selection = None  # records of several selections: none describes them all
         merged.started = min(filter(None, (existing.started, run.started)), default="")
     for record_id, rec in run.records.items():
         merged.records[record_id] = _merge_runs(merged.records.get(record_id), rec)

@@ -36,6 +36,7 @@ from typing import Any, Iterable, Optional, Sequence
 
 import pytest
 
+from harness.ids import FAILING
 from harness.recorder import auto_record_id
 
 
@@ -140,7 +141,7 @@ def _raise_on_failed_records(item: Any) -> None:
         runtest()
         recorder = getattr(item, "funcargs", {}).get("results")
         failed = [r for r in getattr(recorder, "records", ())
-                  if getattr(r, "status", None) in ("fail", "error")]
+                  if getattr(r, "status", None) in FAILING]
         if failed:
             raise AssertionError("known failure reproduced: " + ", ".join(
                 f"{r.id} {r.status}" for r in failed[:5]))

@@ -296,9 +296,10 @@ class RunResults:
     faults: list[str] = dataclasses.field(default_factory=list)
     complete: bool = True
     verdict: Optional[dict] = None
-    selection: dict[str, Any] = dataclasses.field(default_factory=dict)
-    """What the run selected (``markexpr``, ``keyword``, ``op_filter``, ``args``): a
-    comparison across different selections says so (:mod:`harness.verdict`)."""
+    selection: Optional[dict[str, Any]] = None
+    """What the run selected (``markexpr``, ``keyword``, ``op_filter``, ``run_slow``,
+    ``run_benchmarks``, ``args``; None: unknown): a comparison across different
+    selections says so (:mod:`harness.verdict`)."""
     errors: list[str] = dataclasses.field(default_factory=list)
     """Harness errors of the run (an unusable baseline, an unwritable path, a duplicate
     record id): each makes the run NO-GO."""
@@ -331,7 +332,7 @@ class RunResults:
             out["complete"] = False
         if self.verdict is not None:
             out["verdict"] = self.verdict
-        if self.selection:
+        if self.selection is not None:
             out["selection"] = self.selection
         if self.errors:
             out["errors"] = self.errors
@@ -356,7 +357,7 @@ class RunResults:
                    seed=data.get("seed"), outcomes=data.get("outcomes", {}),
                    findings=data.get("findings", []), baseline=data.get("baseline"),
                    faults=data.get("faults", []), complete=data.get("complete", True) is not False,
-                   verdict=data.get("verdict"), selection=data.get("selection") or {},
+                   verdict=data.get("verdict"), selection=data.get("selection"),
                    errors=list(data.get("errors") or []))
 
 

@@ -183,7 +183,8 @@ def comparability(run: RunResults, baseline: Optional[RunResults]) -> list[str]:
     a, b = run.fingerprint.get("device_type"), baseline.fingerprint.get("device_type")
     if a != b:
         notes.append(f"different device types: this run {a}, the baseline {b}")
-    if baseline.selection and _selection_text(run) != _selection_text(baseline):
+    if run.selection is not None and baseline.selection is not None \
+            and _selection_text(run) != _selection_text(baseline):  # None: unknown
         notes.append(f"different selections: this run {_selection_text(run)}, the baseline "
                      f"{_selection_text(baseline)} (records of checks not selected are "
                      "listed as not run)")

@@ -61,7 +61,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from harness import dtypes, fallback
+from harness import dtypes, fallback, ids
 from harness.model.capture import (
     DEVICE,
     IGNORED_NAMESPACES,
@@ -225,7 +225,7 @@ class ModelCase:
         return f"{self.model}-{self.call.op}-{self.call.digest}"
 
     def record_id(self, direction: str) -> str:
-        return f"model/{self.model}/{self.call.op}/{self.call.digest}/{direction}"
+        return ids.model_record(self.model, self.call.op, self.call.digest, direction)
 
 
 def _float_domain(low: Optional[float], high: Optional[float]) -> str:

@@ -58,7 +58,7 @@ from typing import Any, Callable, Iterable, Optional
 
 import torch
 
-from harness import dtypes
+from harness import dtypes, ids
 from harness.ops import policy
 from harness.ops.outcome import OpOutcome
 from harness.ops.runner import Side, execute
@@ -171,7 +171,7 @@ class OpInfoCase:
 
     @property
     def id(self) -> str:
-        return f"opinfo/{self.key}/{self.dtype}"
+        return ids.opinfo_case(self.key, self.dtype)
 
     @property
     def param_id(self) -> str:
@@ -574,7 +574,8 @@ def run_case(op, case: OpInfoCase, device, *, limit: int = SAMPLES_PER_CASE,
     out: list[OpOutcome] = []
     for sample, digest in zip(picked, digests):
         if budget is not None and budget.exhausted():
-            out.append(OpOutcome(f"{case.id}/fwd/{digest}", status="skip",
+            out.append(OpOutcome(ids.opinfo_record(case.key, case.dtype, "fwd", digest),
+                                 status="skip",
                                  message=f"op budget of {budget.seconds:g} s spent (--op-budget)"))
             continue
         out.extend(_run_sample(op, case, sample, digest, device, dtype, up, backward))
@@ -583,7 +584,7 @@ def run_case(op, case: OpInfoCase, device, *, limit: int = SAMPLES_PER_CASE,
 
 def _run_sample(op, case: OpInfoCase, sample, digest: str, device, dtype: torch.dtype,
                 up: torch.dtype, backward: bool) -> list[OpOutcome]:
-    fwd_id, bwd_id = f"{case.id}/fwd/{digest}", f"{case.id}/bwd/{digest}"
+    fwd_id, bwd_id = (ids.opinfo_record(case.key, case.dtype, d, digest) for d in ("fwd", "bwd"))
     standard = policy.standard_for(case.key, dtype)
     grad_standard = policy.standard_for(case.key, dtype, "bwd")
     cot_seed = zlib.crc32(bwd_id.encode("utf-8"))

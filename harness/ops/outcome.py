@@ -22,10 +22,8 @@ import dataclasses
 from typing import Any, Mapping, Optional
 
 from harness.compare import Verdict
+from harness.ids import STATUSES  # the one status vocabulary (harness/ids.py)
 from harness.results import Rule
-
-STATUSES = ("pass", "fail", "error", "unsupported", "fallback", "skip")
-"""Every status an op outcome can have."""
 
 
 @dataclasses.dataclass
