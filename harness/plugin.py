@@ -160,7 +160,6 @@ def pytest_configure(config: pytest.Config) -> None:
         state.run.selection = harness_session.selection_of(
             settings, config.getoption("markexpr", "") or "",
             config.getoption("keyword", "") or "", tuple(config.args))
-        config.stash[STATE] = state
     except (hypothesis_profiles.ProfileError, options.OptionsError,
             harness_session.SetupError) as exc:
         raise pytest.UsageError(str(exc)) from None
