@@ -149,6 +149,7 @@ def run_pytest(args: Sequence[str], results_dir: Path, *, root: Path, timeout: f
     """Run pytest in a fresh process of its own session (Note [Fault runs from a fork
     server]); outcomes come from the results file it writes."""
     start = time.monotonic()
+    results_dir.mkdir(parents=True, exist_ok=True)  # the plugin creates no missing folder
     child_env = {k: v for k, v in os.environ.items() if k != ENV_VAR}
     child_env.update(env or {})
     context = _fork_context()
@@ -229,6 +230,8 @@ def check(selected: Sequence[Fault], *, root: Path, device: str = "cpu", jobs: i
     with tempfile.TemporaryDirectory(prefix="harness-faults-") as tmp:
         work = Path(tmp)
         group_dirs = {args: work / f"group{i}" for i, args in enumerate(groups)}
+        for folder in group_dirs.values():
+            (folder / "baselines").mkdir(parents=True)
 
         def clean_run(args: tuple[str, ...]) -> RunOutcome:
             checks = list(dict.fromkeys(c for fault in groups[args] for c in fault.checks))
