@@ -260,3 +260,40 @@ def test_a_check_that_errors_before_it_records_loses_each_of_its_records(demo, e
                                  "  demo/two/b: pass -> fail *",
                                  "*0 new, 0 lost, 0 not-run"])
     assert "demo/two/a: pass -&gt; fail" in (demo.path / "r.html").read_text()
+
+
+def test_an_op_filter_that_matches_no_op_case_is_a_usage_error(demo):
+    result = demo.runpytest("--op-filter", "zzzz")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--op-filter 'zzzz' matches no op case*exp-float16-fwd-odd257*"])
+
+
+def test_an_op_filter_deselects_cases_as_not_run_never_lost(fingerprint):
+    from harness.results import Record, RunResults
+
+    node = "suites/ops/test_catalog.py::test_op[exp-float32]"
+    base = RunResults(fingerprint, {rid: Record(rid, test=node) for rid in (
+        "ops/exp/float32/fwd/typical", "ops/exp/float32/bwd/typical")})
+    run = RunResults(fingerprint, {"ops/exp/float32/fwd/typical": Record(
+        "ops/exp/float32/fwd/typical", test=node)}, outcomes={node: "passed"},
+        selection={"op_filter": "fwd"})
+    judged = judge(run, base)
+    assert judged.level == "GO" and [f.kind for f in judged.findings] == ["not-run"]
+    run.selection = {}
+    assert judge(run, base).level == "NO-GO"  # the same record, its case selected: lost
+
+
+def test_a_model_check_on_empty_inputs_is_nothing_checked_and_exits_1(capsys):
+    import argparse
+
+    from harness.model import check as model_check
+    from harness.model.options import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["harness.models:simplecnn", "--input", "0x3x32x32",
+                              "--device", "cpu"])
+    assert model_check.main(args) == 1
+    out = capsys.readouterr().out
+    assert re.search(r"^verdict: NO-GO \(NOTHING CHECKED: all \d+ record\(s\) skipped, e.g. "
+                     r"input 0 has shape 0x3x32x32", out, re.M), out[-2000:]
