@@ -1,5 +1,5 @@
 """``python -m harness``: doctor | baseline list/show/diff | report | history | bench-eval |
-faults list/check | ops keywords | ops nan | optim options | localize | model.
+faults list/check | ops keywords | ops nan | optim options | localize | model | scan.
 
 ``run`` (pytest over the conformance suites, :mod:`harness.layout`) takes pytest's
 arguments as given, so :func:`main` dispatches it before parsing.
@@ -380,6 +380,35 @@ def _cmd_model(args: argparse.Namespace) -> int:
     return check.main(args)
 
 
+# ------------------------------------------------------------------------------ scan
+
+def _cmd_scan(args: argparse.Namespace) -> int:
+    """``scan PATH...``: what ties training code to CUDA (harness.scan); exit 1 on a
+    blocker, 2 when a file does not parse or a path is not there."""
+    from harness import scan
+
+    try:
+        paths = scan.files(args.paths)
+        findings = scan.scan_files(paths)
+    except scan.UsageError as exc:
+        args.parser.error(str(exc))
+    if args.json:
+        print(json.dumps([f.as_dict() for f in findings], indent=1))
+    else:
+        print(scan.text(findings, len(paths)))
+    return scan.exit_code(findings)
+
+
+def _add_scan(sub) -> None:
+    scan = sub.add_parser("scan", help="Will my training script run on an NPU? List what "
+                          "ties it to CUDA, file:line:col, with the device-generic and "
+                          "torch_npu equivalents (exit 1 on a blocker)")
+    scan.add_argument("paths", nargs="+", metavar="PATH",
+                      help="Python files, or folders whose .py files are scanned")
+    scan.add_argument("--json", action="store_true", help="Machine-readable output")
+    scan.set_defaults(func=_cmd_scan, parser=scan)
+
+
 # ------------------------------------------------------------------------------ main
 
 def _report_outputs(parser: argparse.ArgumentParser) -> None:
@@ -453,6 +482,7 @@ def build_parser() -> argparse.ArgumentParser:
     optim.set_defaults(func=_cmd_optim)
     _add_history(sub)
     _add_bench_eval(sub)
+    _add_scan(sub)
     model = sub.add_parser("model", help="Capture a model's training step; inventory and "
                            "check every aten call it makes on the DUT")
     from harness.model.options import add_arguments as add_model_arguments
