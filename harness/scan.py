@@ -67,7 +67,7 @@ KINDS = ("api", "module", "method", "string", "keyword")
 #   False (the script picks the CPU), memory counters read 0, determinism flags do nothing.
 # note: runs and does no harm, but has an NPU counterpart worth setting (TF32 flags,
 #   cudnn.benchmark, pin_memory, torch.compile's backend).
-# Each api row's `probe` is an expression that exercises the API on a torch built without
+# Each api row's `probe` is a statement that exercises the API on a torch built without
 # CUDA; tests/test_scan.py requires it to raise for a blocker and to run otherwise, so the
 # table's severities are measured, not asserted.
 
@@ -85,7 +85,8 @@ class Rule:
         what: what the code does on an NPU, in a few words.
         generic: the device-generic torch equivalent (runs on CUDA, NPU, XPU, MPS, CPU).
         npu: the torch_npu equivalent (``import torch_npu``), for older stacks.
-        probe: an expression run on a torch without CUDA: raises iff the rule is a blocker.
+        probe: a statement run on a torch without CUDA (it reads flags, never sets
+            them): raises iff the rule is a blocker.
     """
 
     id: str
@@ -126,7 +127,7 @@ RULES: tuple[Rule, ...] = (
          "change",
          "warns 'CUDA is not available' and disables itself: training silently runs in fp32",
          "`torch.amp.autocast(device.type, dtype=torch.float16)`",
-         "`torch.npu.amp.autocast()`", probe="torch.cuda.amp.autocast().__enter__()"),
+         "`torch.npu.amp.autocast()`", probe="with torch.cuda.amp.autocast(): pass"),
     Rule("cuda-amp-grad-scaler", "api", ("torch.cuda.amp.GradScaler",), "change",
          "disables itself without CUDA (warns): no loss scaling, fp16 gradients underflow",
          "`torch.amp.GradScaler(device.type)`", "`torch.npu.amp.GradScaler()`",
@@ -215,22 +216,22 @@ RULES: tuple[Rule, ...] = (
     Rule("cudnn-benchmark", "api", ("torch.backends.cudnn.benchmark",), "note",
          "no effect on an NPU (there is no cuDNN)", "none: the flag is cuDNN's own",
          "nothing to set; `torch.npu.set_compile_mode(jit_compile=False)` picks the "
-         "prebuilt kernels", probe="setattr(torch.backends.cudnn, 'benchmark', True)"),
+         "prebuilt kernels", probe="torch.backends.cudnn.benchmark"),
     Rule("cudnn-deterministic", "api", ("torch.backends.cudnn.deterministic",), "change",
          "no effect on an NPU: the run is no longer deterministic",
          "`torch.use_deterministic_algorithms(True)`",
          "the same, plus `HCCL_DETERMINISTIC=true` for collectives",
-         probe="setattr(torch.backends.cudnn, 'deterministic', True)"),
+         probe="torch.backends.cudnn.deterministic"),
     Rule("cudnn-allow-tf32", "api", ("torch.backends.cudnn.allow_tf32",), "note",
          "no effect on an NPU", "none: the flag is cuDNN's own",
          "`torch.npu.conv.allow_hf32` (HF32, Ascend's TF32 counterpart)",
-         probe="setattr(torch.backends.cudnn, 'allow_tf32', True)"),
+         probe="torch.backends.cudnn.allow_tf32"),
     Rule("cudnn", "api", ("torch.backends.cudnn",), "note", "cuDNN's settings: no effect "
          "on an NPU", "none", "none needed", probe="torch.backends.cudnn.enabled"),
     Rule("cuda-matmul-allow-tf32", "api", ("torch.backends.cuda.matmul.allow_tf32",), "note",
          "no effect on an NPU", "`torch.set_float32_matmul_precision('high')`",
          "`torch.npu.matmul.allow_hf32`",
-         probe="setattr(torch.backends.cuda.matmul, 'allow_tf32', True)"),
+         probe="torch.backends.cuda.matmul.allow_tf32"),
     Rule("backends-cuda", "api", ("torch.backends.cuda",), "note",
          "CUDA's kernel selection (SDPA, cuBLAS): no effect on an NPU",
          "`torch.nn.attention.sdpa_kernel(...)` for SDPA backends",

@@ -102,6 +102,8 @@ CASES = [
          ("nested too deeply",), setup="deep_baseline"),
     Case("report-results-nested-100000-deep", "cli", ("report", "deep.json"), 1,
          ("nested too deeply",), setup="deep_results"),
+    Case("scan-path-missing", "cli", ("scan", "no-such-train.py"), 2,
+         ("no such file or folder", "'no-such-train.py'", "give .py files")),
     Case("baseline-show-into-head", "process",
          ("baseline", "show", "{base}", "--json"), 141, (), setup="big_baseline"),
     # 5. SIGTERM: tests/test_stopping.py
