@@ -49,8 +49,9 @@ KINDS = ("api", "module", "method", "string", "keyword")
 #   not resolve: a tensor, a module, self. A call is required for ".cuda()", so an
 #   `args.cuda` flag is not reported.
 # - string: a regular expression a whole str constant must match ("cuda", "cuda:0",
-#   "cuda:{}", "nccl", "CUDA_VISIBLE_DEVICES"); an f-string is matched by its leading text
-#   (f"cuda:{rank}"). So `.to("cuda")`, `device="cuda"`, `torch.device("cuda:0")`,
+#   "cuda:{}", "cuda:%d", "nccl", "CUDA_VISIBLE_DEVICES"; not a message like "cuda: no
+#   device"); an f-string is matched by its leading text with a 0 for the first
+#   placeholder (f"cuda:{rank}" as "cuda:0"). So `.to("cuda")`, `device="cuda"`, `torch.device("cuda:0")`,
 #   `init_process_group("nccl")`, `backend="nccl"` and `os.environ["CUDA_VISIBLE_DEVICES"]`
 #   are found wherever the string is written, including a default in argparse.
 # - keyword: a keyword argument given a value other than False/None (`pin_memory=True`).
@@ -117,7 +118,7 @@ RULES: tuple[Rule, ...] = (
     Rule("is-cuda", "method", (".is_cuda",), "change",
          "False on an NPU: a branch on it silently takes the other path",
          "`t.device.type == device.type`", "`t.is_npu`", probe="torch.ones(1).is_cuda"),
-    Rule("cuda-device-string", "string", (r"cuda(:.*)?",), "blocker",
+    Rule("cuda-device-string", "string", (r"cuda(:(\d+|\{\w*\}|%d|%s))?",), "blocker",
          "a CUDA device string: a tensor or module sent there raises without CUDA, a "
          "comparison with it is never true",
          f"one `device` variable: `{DEVICE}`, `torch.device(device_type, local_rank)`",
@@ -207,6 +208,16 @@ RULES: tuple[Rule, ...] = (
          "raises without CUDA ('NVTX functions not installed')",
          "`torch.profiler.record_function(name)`", "`torch_npu.profiler` (mstx marks)",
          probe="torch.cuda.nvtx.range_push('step')"),
+    Rule("cuda-oom", "api", ("torch.cuda.OutOfMemoryError",), "change",
+         "an NPU's out-of-memory may be another exception: older torch_npu raise "
+         "RuntimeError('NPU out of memory'), which this does not catch",
+         "`torch.OutOfMemoryError` (torch >= 2.5)",
+         "also catch RuntimeError whose message says 'out of memory'",
+         probe="torch.cuda.OutOfMemoryError"),
+    Rule("cuda-tensor-type", "string", (r"torch\.cuda\.\w+Tensor",), "blocker",
+         "a CUDA tensor type by name (set_default_tensor_type, .type()): raises without "
+         "CUDA", "`torch.set_default_device(device)` and `torch.set_default_dtype(dtype)`",
+         "'torch.npu.FloatTensor' (torch_npu)"),
     Rule("torch-cuda", "api", ("torch.cuda",), "blocker",
          "most of torch.cuda raises 'Torch not compiled with CUDA enabled' without CUDA",
          "`torch.accelerator.*`, else `torch.get_device_module(device).<same name>`",
@@ -450,7 +461,7 @@ class _Scanner(ast.NodeVisitor):
             if not (isinstance(part, ast.Constant) and isinstance(part.value, str)):
                 break
             head += part.value
-        # the placeholder may add to the text: "cuda:" + rank, "NCCL_" + name
+        # the first placeholder stands for a number or a name: "cuda:" + rank, "NCCL_" + k
         rule = head and (string_rule(head) or string_rule(head + "0"))
         if rule:
             self.hits.append((node, rule))

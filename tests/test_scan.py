@@ -84,6 +84,7 @@ def test_the_example_is_a_blocker_run_through_the_command(capsys, monkeypatch):
     ("from torch.cuda.amp import *", [(1, "cuda-amp")]),
     ("import torch\ntorch.compile(m, backend='inductor')", [(2, "torch-compile")]),
     ("import torch\ntorch.cuda.nvtx.range_push('a')", [(2, "cuda-nvtx")]),
+    ("import torch\ntry: pass\nexcept torch.cuda.OutOfMemoryError: pass", [(3, "cuda-oom")]),
 ])
 def test_imports_and_aliases_are_resolved(source, expected):
     assert rules_of(source) == expected
@@ -96,6 +97,7 @@ def test_imports_and_aliases_are_resolved(source, expected):
     ("torch.device(f'cuda:{rank % n}', 0)", [(1, "cuda-device-string")]),
     ("d = 'cuda:{}'.format(rank)", [(1, "cuda-device-string")]),
     ("d = 'cuda:%d' % rank", [(1, "cuda-device-string")]),
+    ("d = 'cuda:{local_rank}'.format(local_rank=r)", [(1, "cuda-device-string")]),
     ("x = x.cuda(non_blocking=True)", [(1, "dot-cuda")]),
     ("x = self.net.cuda(rank)", [(1, "dot-cuda")]),
     ("if x.is_cuda: pass", [(1, "is-cuda")]),
@@ -105,6 +107,7 @@ def test_imports_and_aliases_are_resolved(source, expected):
     ("v = os.environ.get('CUDA_LAUNCH_BLOCKING')", [(1, "cuda-launch-blocking")]),
     ("os.environ[f'NCCL_{k}'] = v", [(1, "nccl-env")]),
     ("DataLoader(ds, pin_memory=True)", [(1, "pin-memory")]),
+    ("torch.set_default_tensor_type('torch.cuda.HalfTensor')", [(1, "cuda-tensor-type")]),
 ])
 def test_strings_methods_and_keywords(source, expected):
     assert rules_of(source) == expected
@@ -119,6 +122,8 @@ def test_strings_methods_and_keywords(source, expected):
     "DataLoader(ds, pin_memory=False)",
     "x = f'{prefix}cuda'",            # only a string that starts as a device string
     "print('cuda is not here')",
+    "print('cuda: no device')",
+    "print(f'cuda: {msg}')",
     "import torch\nx = torch.amp.autocast(device_type=dev)",  # device-generic already
     "import torch\ntorch.accelerator.synchronize()",
     "from torch.cuda.amp import autocast",  # an import alone imports fine on an NPU
