@@ -119,8 +119,8 @@ is nothing to compare with and they are recorded only):
   that way) is farther from 1/2 than the CPU's (``ref_toward_zero_share``...): a DUT
   that is *less* biased than a biased CPU kernel passes. Rounding to nearest has every
   share near 1/2; truncation has ``toward_zero_share`` 1. Small tensors cannot show a
-  bias (30 discordant elements are needed for p < 1e-6): the catalog's ``typical``
-  samples have hundreds.
+  bias (p < 1e-6 needs at least 21 discordant elements, all one way): the catalog's
+  ``typical`` samples have hundreds.
 
 Both compare with the CPU's kernel in the same dtype, which on the CPU itself is the DUT:
 there they pass by construction, and what they catch is proved by faults
