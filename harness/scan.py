@@ -382,7 +382,15 @@ class _Scanner(ast.NodeVisitor):
 
     def __init__(self, aliases: dict[str, str]):
         self.aliases = aliases
-        self.hits: list[tuple[ast.AST, Rule]] = []
+        self.hits: list[tuple[int, int, Rule]] = []  # line, UTF-8 byte offset, rule
+
+    def hit(self, node: ast.AST, rule: Rule) -> None:
+        self.hits.append((node.lineno, node.col_offset, rule))
+
+    def hit_method(self, node: ast.Attribute, rule: Rule) -> None:
+        """At the dot of ``x.cuda()`` / ``x.is_cuda``: the receiver may span lines."""
+        self.hits.append((node.value.end_lineno or node.lineno,
+                          node.value.end_col_offset or node.col_offset, rule))
 
     def qualified(self, node: ast.AST) -> Optional[str]:
         if isinstance(node, ast.Name):
@@ -396,7 +404,7 @@ class _Scanner(ast.NodeVisitor):
         name = self.qualified(node)
         rule = api_rule(name) if name else None
         if rule:
-            self.hits.append((node, rule))
+            self.hit(node, rule)
         return rule is not None
 
     def visit_Import(self, node: ast.Import) -> None:
@@ -408,12 +416,12 @@ class _Scanner(ast.NodeVisitor):
             if not self._module(node, node.module) and any(a.name == "*" for a in node.names):
                 rule = api_rule(node.module)  # `from torch.cuda.amp import *`
                 if rule:
-                    self.hits.append((node, rule))
+                    self.hit(node, rule)
 
     def _module(self, node: ast.AST, module: str) -> bool:
         for prefix, rule in _MODULES.items():
             if _under(module, prefix):
-                self.hits.append((node, rule))
+                self.hit(node, rule)
                 return True
         return False
 
@@ -425,14 +433,14 @@ class _Scanner(ast.NodeVisitor):
             return  # the outermost chain that matches; its inner parts are the same use
         rule = _METHOD_ATTRS.get(node.attr)
         if rule and self.qualified(node.value) is None:
-            self.hits.append((node, rule))
+            self.hit_method(node, rule)
         self.generic_visit(node)
 
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
         if isinstance(func, ast.Attribute) and func.attr in _METHOD_CALLS \
                 and self.qualified(func.value) is None:
-            self.hits.append((func, _METHOD_CALLS[func.attr]))
+            self.hit_method(func, _METHOD_CALLS[func.attr])
             self.visit(func.value)
             for child in [*node.args, *node.keywords]:
                 self.visit(child)
@@ -441,7 +449,7 @@ class _Scanner(ast.NodeVisitor):
             rule = _KEYWORDS.get(kw.arg or "")
             if rule and not (isinstance(kw.value, ast.Constant)
                              and kw.value.value in (False, None)):
-                self.hits.append((kw, rule))
+                self.hit(kw, rule)
         self.generic_visit(node)
 
     def visit_Expr(self, node: ast.Expr) -> None:
@@ -453,7 +461,7 @@ class _Scanner(ast.NodeVisitor):
         if isinstance(node.value, str):
             rule = string_rule(node.value)
             if rule:
-                self.hits.append((node, rule))
+                self.hit(node, rule)
 
     def visit_JoinedStr(self, node: ast.JoinedStr) -> None:
         head = ""  # the leading text, up to the first placeholder: f"cuda:{rank}"
@@ -464,7 +472,7 @@ class _Scanner(ast.NodeVisitor):
         # the first placeholder stands for a number or a name: "cuda:" + rank, "NCCL_" + k
         rule = head and (string_rule(head) or string_rule(head + "0"))
         if rule:
-            self.hits.append((node, rule))
+            self.hit(node, rule)
         for part in node.values:  # the text parts are not whole strings of their own
             if not isinstance(part, ast.Constant):
                 self.visit(part)
@@ -485,11 +493,10 @@ def scan_source(data: bytes, lines: Sequence[str], file: str) -> list[Finding]:
     scanner.visit(tree)
     seen: set[tuple[int, int, str]] = set()
     found = []
-    for node, rule in scanner.hits:
-        line = getattr(node, "lineno", 1)
+    for line, offset, rule in scanner.hits:
         text = lines[line - 1] if 0 < line <= len(lines) else ""
         # ast's col_offset counts UTF-8 bytes; people count characters, from 1
-        raw = text.encode("utf-8")[:getattr(node, "col_offset", 0)]
+        raw = text.encode("utf-8")[:offset]
         col = len(raw.decode("utf-8", errors="replace")) + 1
         key = (line, col, rule.id)
         if key not in seen:
@@ -582,7 +589,10 @@ def text(findings: Sequence[Finding], scanned: int) -> str:
     for f in findings:
         by_file.setdefault(f.file, []).append(f)
     for file, items in by_file.items():
-        out.append(f"{file}: {len(items)} finding(s) ({_counted(counts(items))})")
+        if items[0].rule == SYNTAX_ERROR:
+            out.append(f"{file}: does not parse")
+        else:
+            out.append(f"{file}: {len(items)} finding(s) ({_counted(counts(items))})")
         width = max(len(f"{f.file}:{f.line}:{f.col}:") for f in items)
         for f in items:
             where = f"{f.file}:{f.line}:{f.col}:"

@@ -137,12 +137,16 @@ def test_a_finding_has_its_column_source_line_and_nothing_twice():
     source = "import torch\ny = torch.ones(1).cuda(); z = y.to('cuda')  # é\n"
     found = scan.scan_source(source.encode(), source.splitlines(), "f.py")
     assert [(f.line, f.col, f.rule) for f in found] == [
-        (2, 5, "dot-cuda"), (2, 36, "cuda-device-string")]
+        (2, 18, "dot-cuda"), (2, 36, "cuda-device-string")]  # .cuda() at its dot
     assert found[0].code == "y = torch.ones(1).cuda(); z = y.to('cuda')  # é"
     # columns count characters from 1, not UTF-8 bytes from 0
     source = "s = 'é'; x.cuda()\n"
     (f,) = scan.scan_source(source.encode(), source.splitlines(), "f.py")
-    assert f.col == 10
+    assert f.col == 11
+    # a receiver over several lines: the line of the dot
+    source = "model = Net(\n    3,\n).cuda()\n"
+    (f,) = scan.scan_source(source.encode(), source.splitlines(), "f.py")
+    assert (f.line, f.col, f.code) == (3, 2, ").cuda()")
 
 
 # ---------------------------------------------------------------- exit codes and json
@@ -174,7 +178,7 @@ def test_a_file_that_does_not_parse_exits_2_naming_its_line(tmp_path, capsys):
     assert cli.main(["scan", str(tmp_path / "src")]) == 2
     out = capsys.readouterr().out
     assert "bad.py:3:" in out and "syntax-error" in out and "def f(:" in out
-    assert "good.py:2:5:" in out  # the other files are still scanned
+    assert "good.py:2:18:" in out  # the other files are still scanned
     assert out.strip().splitlines()[-1].startswith("NOT SCANNED: 1 blocker")
 
 
