@@ -402,7 +402,12 @@ def _cmd_scan(args: argparse.Namespace) -> int:
 def _add_scan(sub) -> None:
     scan = sub.add_parser("scan", help="Will my training script run on an NPU? List what "
                           "ties it to CUDA, file:line:col, with the device-generic and "
-                          "torch_npu equivalents (exit 1 on a blocker)")
+                          "torch_npu equivalents (exit 1 on a blocker)",
+                          description="Parses each file (ast) and lists the CUDA-only code "
+                          "it holds with the device-generic and torch_npu equivalents "
+                          "(docs/migration.md). Exit 0: no blocker; 1: a blocker (fails "
+                          "outright on an NPU); 2: a file does not parse, or a path is "
+                          "not there")
     scan.add_argument("paths", nargs="+", metavar="PATH",
                       help="Python files, or folders whose .py files are scanned")
     scan.add_argument("--json", action="store_true", help="Machine-readable output")

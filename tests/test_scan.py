@@ -4,6 +4,7 @@ severities measured on this CPU torch."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import textwrap
 import tokenize
@@ -51,6 +52,14 @@ def test_the_resnet18_example_is_found_line_by_line():
                  "cudnn-benchmark", "cuda-event", "cuda-synchronize", "cuda-visible-devices",
                  "pin-memory"):
         assert any(r == rule for _, r in marked), rule
+
+
+def test_the_example_is_a_real_resnet18():
+    """The example's model is torchvision's ResNet-18 (11,689,512 parameters), written out."""
+    spec = importlib.util.spec_from_file_location("resnet18_cuda_train", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # defines only: training starts under __main__
+    assert sum(p.numel() for p in module.ResNet18().parameters()) == 11_689_512
 
 
 def test_the_example_is_a_blocker_run_through_the_command(capsys, monkeypatch):
