@@ -378,7 +378,7 @@ def _aliases(tree: ast.AST) -> dict[str, str]:
 
 
 class _Scanner(ast.NodeVisitor):
-    """Walks one file's tree and collects (node, rule) pairs."""
+    """Walks one file's tree and collects (line, byte offset, rule) hits."""
 
     def __init__(self, aliases: dict[str, str]):
         self.aliases = aliases
