@@ -66,12 +66,34 @@ def update_to_2(doc: dict) -> dict:
     missing in hand-made files. ``selection`` (which checks the run selected: filters,
     markers, ``--run-slow``) is new in version 2; a version 1 file did not record it, so it
     is ``None``: unknown, which a comparison must treat as "maybe different".
+
+    Two things version 1 said elsewhere: its harness errors (an unusable baseline, an
+    unwritable path) were only in ``verdict.errors``, and version 2 judges from the
+    run-level ``errors``, so they are copied there (a run that was NO-GO for them stays
+    NO-GO when judged again); and a benchmark judged slower than its baseline was recorded
+    ``fail`` (its record carries ``info.bench_verdict``), which version 2 calls ``slower``.
     """
     doc.setdefault("seed", None)
     doc.setdefault("faults", [])
     doc.setdefault("complete", True)
     doc.setdefault("selection", None)
+    verdict = doc.get("verdict")
+    said = verdict.get("errors") if isinstance(verdict, dict) else None
+    doc.setdefault("errors", [e for e in said if isinstance(e, str)]
+                   if isinstance(said, list) else [])
+    records = doc.get("records")
+    if isinstance(records, dict):
+        doc["records"] = {rid: _slower_if_bench_fail(rec) for rid, rec in records.items()}
     return doc
+
+
+def _slower_if_bench_fail(record: Any) -> Any:
+    """A version 1 benchmark record that failed its bench verdict, as ``slower``."""
+    if isinstance(record, dict) and record.get("status") == "fail" \
+            and record.get("suite") == "bench" \
+            and isinstance(record.get("info"), dict) and "bench_verdict" in record["info"]:
+        return {**record, "status": "slower"}
+    return record
 
 
 MIGRATIONS: dict[int, Callable[[dict], dict]] = {

@@ -93,6 +93,21 @@ def test_a_version_1_file_is_read_through_its_migration(tmp_path):
     assert rewritten["schema_version"] == results.SCHEMA_VERSION  # written as the newest
 
 
+def test_version_1_harness_errors_and_slower_benchmarks_keep_their_meaning():
+    slow = {"suite": "bench", "status": "fail", "metrics": {"value": 2.0}, "rules": {},
+            "info": {"bench_verdict": "regression"}}
+    broken = {"suite": "bench", "status": "fail", "metrics": {}, "rules": {},
+              "message": "the workload raised"}  # a failing check, not a slower one
+    v1 = dict(V1_RUN, records={"bench/op/mm/float32/n256": slow, "bench/x/y": broken},
+              verdict={"verdict": "no-go", "errors": ["baseline error: corrupt"]})
+    run = RunResults.from_json(v1)
+    assert run.errors == ["baseline error: corrupt"]  # judged again, still NO-GO for it
+    assert run.records["bench/op/mm/float32/n256"].status == "slower"
+    assert run.records["bench/x/y"].status == "fail"
+    assert v1["records"]["bench/op/mm/float32/n256"]["status"] == "fail"  # input untouched
+    assert RunResults.from_json(V1_RUN).errors == []
+
+
 def test_migration_steps_run_in_order_from_the_files_version(tmp_path, monkeypatch):
     """Adding a version is one function and one table row (Note [Schema versions and
     migrations]): a version 1 file goes through every step up to the newest."""
