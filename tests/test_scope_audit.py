@@ -149,7 +149,8 @@ def test_every_quick_check_of_a_fast_family_fails_under_its_audit(family):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("family, select", [
-    ("ops", ("-m", "slow")), ("training", ()), ("memory", ()), ("distributed", ())])
+    ("ops", ("-m", "slow")), ("training", ()), ("memory", ()), ("distributed", ())],
+    ids=["ops-slow-checks", "training", "memory", "distributed"])
 def test_every_check_of_a_slow_family_fails_under_its_audit(family, select):
     _every_listed_check_fails(registry_fault(family), select)
 
