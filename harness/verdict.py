@@ -54,7 +54,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Iterable, Optional
 
-from harness.ids import FAILING, Status
+from harness.ids import FAILING, LOST, Status
 
 if TYPE_CHECKING:  # pragma: no cover
     from harness.regress import Finding
@@ -246,8 +246,9 @@ def judge(run: RunResults, baseline: Optional[RunResults] = None, *, baseline_na
     base_status = {rid: rec.status for rid, rec in baseline.records.items()} if baseline else {}
     still = [rid for rid in failing if base_status.get(rid) in FAILING]
     failed_tests = sorted(node for node, outcome in run.outcomes.items() if outcome == "failed")
-    lost = [_lost_line(f, run) for f in findings
-            if f.kind == "lost" or (f.kind == "regression" and f.metric is None)]
+    capability = [f for f in findings  # pass -> slower is a regression, not a lost capability
+                  if f.kind == "regression" and f.metric is None and f.new in LOST]
+    lost = [_lost_line(f, run) for f in findings if f.kind == "lost" or f in capability]
     checked = [rid for rid, rec in run.records.items() if rec.status != Status.SKIP]
     nothing = bool(run.records or run.outcomes) and not checked and not failed_tests
     reasons: list[str] = []
@@ -267,13 +268,12 @@ def judge(run: RunResults, baseline: Optional[RunResults] = None, *, baseline_na
         reasons.append(text)
     elif failed_tests:
         reasons.append(f"{len(failed_tests)} failed test(s)")
-    status_lost = sum(f.kind == "regression" and f.metric is None for f in findings)
-    if status_lost:
-        reasons.append(f"{status_lost} capability(ies) lost")
+    if capability:
+        reasons.append(f"{len(capability)} capability(ies) lost")
     if kinds.get("lost"):
         reasons.append(f"{kinds['lost']} record(s) lost (their checks ran and did not record "
                        "them)")
-    metric_regressions = kinds.get("regression", 0) - status_lost
+    metric_regressions = kinds.get("regression", 0) - len(capability)
     if metric_regressions:
         reasons.append(f"{metric_regressions} regression(s)")
     if reasons:
