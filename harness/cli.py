@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from harness import kinds
+from harness import argtypes, kinds
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 def _cmd_doctor(args: argparse.Namespace) -> int:
     from harness import doctor
 
-    return doctor.main(device=args.device, as_json=args.json, baseline_dir=args.baseline_dir)
+    return doctor.main(device=args.device, as_json=args.json, baseline_dir=args.baseline_dir,
+                       rank_table=args.rank_table, dist_timeout=args.dist_timeout)
 
 
 # -------------------------------------------------------------------------- baseline
@@ -433,6 +434,12 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--json", action="store_true", help="Machine-readable output")
     doctor.add_argument("--baseline-dir", default=str(ROOT / "baselines"), metavar="PATH",
                         help="Baseline store to look in (default: the checkout's baselines/)")
+    doctor.add_argument("--rank-table", default=None, metavar="PATH",
+                        help="HCCL rank table to validate (default: $RANK_TABLE_FILE)")
+    doctor.add_argument("--dist-timeout", default=120.0, metavar="SECONDS",
+                        type=argtypes.seconds_up_to(argtypes.DAY),
+                        help="The distributed timeout the run will use, to compare the "
+                             "HCCL_* timeouts with. Default: %(default)r")
     doctor.set_defaults(func=_cmd_doctor)
 
     baseline = sub.add_parser("baseline", help="List, show or diff stored baselines")

@@ -448,18 +448,6 @@ class Device:
         return bool(importlib.import_module(self.kind.simulator).is_loaded())
 
     @property
-    def dist_unavailable(self) -> Optional[str]:
-        """Why this device's collective backend cannot run here; None when it can.
-
-        Only the simulator says so: on hardware a missing backend must fail the checks.
-        """
-        if self.simulated:
-            return ("SimNPU has no collective backend: hccl comes with a real torch_npu, and "
-                    "gloo takes CPU/CUDA tensors only, not PrivateUse1 ones; run the "
-                    "distributed checks on a real NPU, or on the CPU (--device cpu)")
-        return None
-
-    @property
     def is_accelerator(self) -> bool:
         return self.type != "cpu"
 

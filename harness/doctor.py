@@ -74,8 +74,48 @@ def check_cann_env(env: Optional[dict] = None) -> Check:
     return Check(OK, "CANN environment", "not present (only needed for Ascend NPUs)")
 
 
+def check_rank_table(path: Optional[str] = None, env: Optional[dict] = None) -> list[Check]:
+    """The rank table HCCL would read (``--rank-table`` or ``RANK_TABLE_FILE``): one line
+    per problem, naming the field and the fix (Note [Rank table] in
+    :mod:`harness.distributed.hccl`); nothing when there is none."""
+    from harness.distributed import hccl
+
+    env = os.environ if env is None else env
+    path = path or env.get(hccl.RANK_TABLE_ENV)
+    if not path:
+        return []
+    table, problems = hccl.load_rank_table(path)
+    if table is not None:
+        problems = hccl.rank_table_problems(table)
+    if not problems:
+        return [Check(OK, "rank table", f"{path}: {table.get('server_count')} server(s), "
+                      f"{hccl.world_size(table)} ranks")]
+    return [Check(FAIL, "rank table", f"{path}: {p.text()}", p.fix) for p in problems]
+
+
+def check_hccl_timeouts(dist_timeout: float, device: str = "auto",
+                        env: Optional[dict] = None, rank_table: Optional[str] = None
+                        ) -> list[Check]:
+    """``HCCL_CONNECT_TIMEOUT`` / ``HCCL_EXEC_TIMEOUT`` beside ``--dist-timeout`` (Note
+    [HCCL timeouts] in :mod:`harness.distributed.hccl`): for an hccl device, or when any
+    of them (or a rank table) is set."""
+    from harness.distributed import hccl
+    from harness.kinds import KINDS
+
+    env = os.environ if env is None else env
+    kind = KINDS.get(device)
+    wanted = (kind is not None and kind.dist_backend == "hccl" or rank_table
+              or any(name in env for name in (*hccl.TIMEOUTS, hccl.RANK_TABLE_ENV)))
+    if not wanted:
+        return []
+    status = {"ok": OK, "warn": WARN, "fail": FAIL}
+    return [Check(status[s], "hccl timeout", detail, fix)
+            for s, detail, fix in hccl.timeout_findings(dist_timeout, env)]
+
+
 def run_checks(device: str = "auto", baseline_dir=None, *,
-               import_probe: Callable[[], tuple[bool, str]] = probe_import_torch) -> tuple[
+               import_probe: Callable[[], tuple[bool, str]] = probe_import_torch,
+               rank_table: Optional[str] = None, dist_timeout: float = 120.0) -> tuple[
                    list[Check], bool]:
     """All checks; returns the findings and whether the requested device is usable."""
     if baseline_dir is None:
@@ -84,6 +124,8 @@ def run_checks(device: str = "auto", baseline_dir=None, *,
     torch_finding = check_import_torch(import_probe)
     findings.append(torch_finding)
     findings.append(check_cann_env())
+    findings += check_rank_table(rank_table)
+    findings += check_hccl_timeouts(dist_timeout, device, rank_table=rank_table)
     if torch_finding.status == FAIL:
         return findings, False
 
@@ -147,8 +189,10 @@ def _baseline_finding(fp: dict, baseline_dir) -> Check:
                    f"{selection.reason})")
 
 
-def main(device: str = "auto", as_json: bool = False, baseline_dir=None) -> int:
-    findings, usable = run_checks(device, baseline_dir)
+def main(device: str = "auto", as_json: bool = False, baseline_dir=None,
+         rank_table: Optional[str] = None, dist_timeout: float = 120.0) -> int:
+    findings, usable = run_checks(device, baseline_dir, rank_table=rank_table,
+                                  dist_timeout=dist_timeout)
     failed = [f for f in findings if f.status == FAIL]
     if as_json:
         print(json.dumps({"device": device, "usable": usable,

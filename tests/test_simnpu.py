@@ -156,7 +156,8 @@ _PROBE = textwrap.dedent(r"""
     out["fingerprint"] = {k: fp.get(k) for k in ("device_type", "device_name", "torch_npu",
                                                   "cann", "driver", "stack_id", "device_slug")}
     out["cann_source"] = fp["cann_components"].get("source")
-    out["dist_unavailable"] = dev.dist_unavailable
+    import torch.distributed as dist
+    out["npu_backend"] = dist.Backend.default_device_backend_map.get("npu")
     print("SIMNPU-JSON " + json.dumps(out))
 """)
 
@@ -257,7 +258,7 @@ def test_fingerprint_has_the_torch_npu_and_cann_fields(observed):
     assert fp["device_slug"] == "simnpu" and fp["driver"]
     assert observed["cann_source"] == "torch_npu.npu.utils.get_cann_version"
     assert observed["timer_ms"] >= 0.0
-    assert "no collective backend" in observed["dist_unavailable"]
+    assert observed["npu_backend"] == "hccl"  # harness.simnpu.collectives, the npu row's name
 
 
 @needs_compiler

@@ -435,6 +435,44 @@ def barrier(ctx, stagger: float = 0.15):
     return {"entered": entered, "left": time.time()}
 
 
+# ------------------------------------------------------------------------ rank skew
+
+def rank_skew(ctx, skew: float, timeout: float = 2.0, size: int = 1000):
+    """The last rank reaches an all_reduce ``skew`` seconds after the others, in a group
+    whose timeout is ``timeout`` seconds (Note [Rank skew] in harness/distributed/judge.py).
+
+    Returns when this rank entered the collective and left it (the host clock: one host),
+    whether it completed, its error (the backend's words) and the sum's error against
+    NumPy. The ranks meet again on the world group afterwards (its timeout is the run's),
+    so a failed collective leaves no rank behind for the next sub-check.
+    """
+    import datetime as _dt
+
+    ws, rank, late = ctx.world_size, ctx.rank, ctx.world_size - 1
+    group = dist.new_group(backend=ctx.backend, timeout=_dt.timedelta(seconds=timeout))
+    dist.barrier()  # everyone starts together; the skew is the only delay
+    inputs = [_inputs(ctx.seed, r, size, "float32") for r in range(ws)]
+    if rank == late:
+        time.sleep(skew)
+    entered = time.time()
+    error, max_err = None, None
+    try:
+        with ctx.device.scope():
+            t = inputs[rank].to(ctx.torch_device, copy=True)
+            dist.all_reduce(t, group=group)
+            ctx.device.synchronize()
+        expected = np.stack([_np(x) for x in inputs]).sum(0)
+        max_err = float(np.abs(_np(t) - expected).max())
+    except (RuntimeError, ValueError, OSError) as exc:  # the backend's timeout, its words
+        error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+    left = time.time()
+    dist.barrier()  # the world group: nobody starts the next sub-check alone
+    return {"skew": skew, "timeout": timeout, "late_rank": late, "entered": entered,
+            "left": left, "completed": error is None, "error": error, "max_abs_err": max_err,
+            "bound": float(ws * EPS["float32"] * np.abs(np.stack([_np(x) for x in inputs]))
+                           .sum(0).max()), "backend": ctx.backend}
+
+
 # ---------------------------------------------------------------- DistributedSampler
 
 def sampler(ctx, length: int = 0, drop_last: bool = False, epochs=(0, 1, 2), seed: int = 0):
@@ -455,6 +493,6 @@ def sampler(ctx, length: int = 0, drop_last: bool = False, epochs=(0, 1, 2), see
 
 
 BUILT_IN = {fn.__name__: fn for fn in (ddp_train, ddp_amp, ddp_buffers, sync_batchnorm,
-                                       collective, barrier, sampler)}
+                                       collective, barrier, rank_skew, sampler)}
 """The rank programs by the bare name torchrun users give them (Note [Naming a sub-check]
 in harness/distributed/subcheck.py)."""

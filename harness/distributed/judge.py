@@ -321,3 +321,79 @@ def judge_sampler(values: dict[int, dict], *, drop_last: bool) -> DistVerdict:
         problems.append(f"the sampler read num_replicas/rank wrong: {replicas}")
     return DistVerdict.of(problems, {"problems": len(problems), "same_order_epochs": len(same)},
                           {"problems": equal(0), "same_order_epochs": equal(0)})
+
+
+# Note [Rank skew]
+# ~~~~~~~~~~~~~~~~
+# Ranks drift apart (a slow data loader, a slower device after an upgrade), and a
+# collective waits for the last one only as long as its backend's timeout: HCCL's
+# HCCL_EXEC_TIMEOUT, NCCL's and gloo's the process group's ``timeout``. The check
+# (checks.rank_skew) makes the last rank S seconds late at an all_reduce in a group with a
+# short timeout T. S < T: the collective completes on every rank with the right sum.
+# S > T: it fails on every rank within about T + S (no hang: each rank's call returns by
+# itself, and the launch ends without killing anyone), and the verdict names the late
+# rank (the one whose call ended last: the others gave up first) and the variable to
+# raise. A rank later than scheduled (the fault distributed.rank_straggles) turns the
+# first case into the second and fails it with the same words.
+
+TIMEOUT_VARIABLE = {"hccl": "HCCL_EXEC_TIMEOUT"}
+"""What to raise when a collective times out on a backend; others: the group's timeout."""
+SKEW_SLACK = 3.0  # seconds beyond timeout + skew a failing collective may take (a busy host)
+
+
+def timeout_variable(backend: str) -> str:
+    return TIMEOUT_VARIABLE.get(backend, "the process group's timeout "
+                                         "(init_process_group(timeout=...))")
+
+
+def judge_skew(values: dict[int, dict], *, expect_complete: bool) -> DistVerdict:
+    """Note [Rank skew]: completes within the timeout, fails in bounded time beyond it,
+    naming the late rank and the variable to raise."""
+    any_value = next(iter(values.values()))
+    skew, timeout, backend = any_value["skew"], any_value["timeout"], any_value["backend"]
+    ranks = sorted(values)
+    completed = [r for r in ranks if values[r]["completed"]]
+    failed = [r for r in ranks if not values[r]["completed"]]
+    first_in = min(values[r]["entered"] for r in ranks)
+    last_out = max(values[r]["left"] for r in ranks)
+    late = max(ranks, key=lambda r: values[r]["left"])  # its peers gave up before it
+    arrival_skew = max(values[r]["entered"] for r in ranks) - first_in
+    duration = last_out - first_in
+    variable = timeout_variable(backend)
+    metrics = {"completed_ranks": len(completed)}
+    info = {"duration_s": round(duration, 3), "arrival_skew_s": round(arrival_skew, 3),"ranks": {str(r): {k: values[r][k] for k in ("entered", "left", "completed",
+                                                         "error", "max_abs_err")}
+                      for r in ranks}, "late_rank": late, "variable": variable}
+    diagnosis = (f"the all_reduce failed on ranks {failed} after {duration:.1f} s: rank "
+                 f"{late} was late (its call ended last, {values[late]['left'] - first_in:.1f} "
+                 f"s after the first rank entered; scheduled skew {skew:g} s) beyond the "
+                 f"{backend} timeout of {timeout:g} s; raise {variable} above the ranks' skew")
+    problems = []
+    if expect_complete:
+        if failed:
+            problems.append(diagnosis + " (" + "; ".join(
+                f"rank {r}: {values[r]['error']}" for r in failed) + ")")
+        wrong = [r for r in completed
+                 if values[r]["max_abs_err"] is None or values[r]["max_abs_err"] > values[r]["bound"]]
+        if wrong:
+            problems.append(f"ranks {wrong} completed with a wrong sum (max_abs_err "
+                            f"{max(values[r]['max_abs_err'] or math.inf for r in wrong):.3g})")
+        message = "" if problems else (f"rank {late} {arrival_skew:.1f} s late: completed "
+                                       f"within the {timeout:g} s timeout")
+    else:
+        if completed:
+            problems.append(f"ranks {completed} completed although rank "
+                            f"{any_value['late_rank']} was {skew:g} s late against a "
+                            f"{timeout:g} s timeout: the {backend} group ignores its timeout")
+        if duration > timeout + skew + SKEW_SLACK:
+            problems.append(f"the failing all_reduce took {duration:.1f} s, more than timeout "
+                            f"+ skew + {SKEW_SLACK:g} s: a late rank is not stopped in bounded "
+                            "time")
+        if failed and late != any_value["late_rank"]:
+            problems.append(f"named rank {late} late, but rank {any_value['late_rank']} was")
+        message = "" if problems else diagnosis
+        info["diagnosis"] = diagnosis
+    verdict = DistVerdict.of(problems, metrics, {"completed_ranks": equal()}, info)
+    if not problems:
+        verdict.message = message
+    return verdict

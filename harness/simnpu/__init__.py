@@ -161,7 +161,8 @@ def load(verbose: bool = False):
     """Make ``npu`` a (simulated) device in this process; idempotent.
 
     Builds the extension if needed, registers the backend under the name ``npu``,
-    installs ``torch.npu`` and the fake ``torch_npu``, and applies the op lists.
+    installs ``torch.npu`` and the fake ``torch_npu``, applies the op lists, and registers
+    the collective backend (:mod:`harness.simnpu.collectives`).
     Refuses when a real torch_npu is installed.
     """
     import torch
@@ -189,6 +190,10 @@ def load(verbose: bool = False):
                                                          for_packed_sequence=True,
                                                          for_storage=True)
     fake = _module.make_torch_npu(npu, cann_version())
+    from harness.kinds import KINDS
+    from harness.simnpu import collectives
+
+    collectives.register(KINDS[DEVICE_TYPE].dist_backend)
     return fake
 
 

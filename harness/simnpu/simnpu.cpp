@@ -205,6 +205,39 @@ struct SimGuardImpl final : c10::impl::DeviceGuardImplInterface {
 
 C10_REGISTER_GUARD_IMPL(PrivateUse1, SimGuardImpl);
 
+// ---------------------------------------------------------------- pinned host memory
+// Page-locked host memory as torch_npu gives it: ordinary host memory whose blocks are
+// remembered, so is_pinned() is true for them (DDP's reducer asserts it of the staging
+// copy of its used-parameter map before a non-blocking copy to the device).
+std::mutex g_pinned_mutex;
+std::unordered_set<const void*> g_pinned;
+
+void delete_pinned(void* ptr) {
+  if (ptr == nullptr) return;
+  {
+    std::lock_guard<std::mutex> lock(g_pinned_mutex);
+    g_pinned.erase(ptr);
+  }
+  c10::free_cpu(ptr);
+}
+
+struct PinnedAllocator final : c10::Allocator {
+  c10::DataPtr allocate(size_t nbytes) override {
+    void* ptr = nbytes > 0 ? c10::alloc_cpu(nbytes) : nullptr;
+    if (ptr != nullptr) {
+      std::lock_guard<std::mutex> lock(g_pinned_mutex);
+      g_pinned.insert(ptr);
+    }
+    return {ptr, ptr, &delete_pinned, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &delete_pinned; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    std::memcpy(dest, src, count);
+  }
+};
+
+PinnedAllocator g_pinned_allocator;
+
 // -------------------------------------------------------------------------- hooks
 struct SimHooks final : at::PrivateUse1HooksInterface {
   bool isBuilt() const override { return true; }
@@ -225,8 +258,11 @@ struct SimHooks final : at::PrivateUse1HooksInterface {
     return c10::Device(c10::DeviceType::PrivateUse1,
                        static_cast<c10::DeviceIndex>(g_current_device));
   }
-  bool isPinnedPtr(const void*) const override { return false; }
-  c10::Allocator* getPinnedMemoryAllocator() const override { return c10::GetCPUAllocator(); }
+  bool isPinnedPtr(const void* ptr) const override {
+    std::lock_guard<std::mutex> lock(g_pinned_mutex);
+    return g_pinned.count(ptr) > 0;
+  }
+  c10::Allocator* getPinnedMemoryAllocator() const override { return &g_pinned_allocator; }
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
     c10::DeviceGuard guard(storage.device());
     c10::DataPtr fresh = g_allocator.allocate(newsize);

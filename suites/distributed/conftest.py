@@ -25,8 +25,6 @@ def _selected_cases(session: pytest.Session) -> list[DistCase]:
 @pytest.fixture(scope="session")
 def dist_planner(request: pytest.FixtureRequest, device, settings) -> Planner:
     def wanted() -> list[DistCase]:
-        if device.dist_unavailable:
-            return []
         return [case for case in _selected_cases(request.session)
                 if not device.is_accelerator or case.world_size <= device.count]
 
@@ -38,8 +36,6 @@ def dist(dist_planner: Planner, device):
     """``dist(case)`` -> the case's outcome on every rank (skips past the device count)."""
 
     def outcome(case: DistCase):
-        if device.dist_unavailable:
-            pytest.skip(device.dist_unavailable)
         if device.is_accelerator and case.world_size > device.count:
             pytest.skip(f"world size {case.world_size} needs {case.world_size} "
                         f"{device.type} devices; {device.count} visible")

@@ -17,6 +17,8 @@ DDP_PLAIN = f"{SUITE}/test_dist_ddp.py::test_ddp_matches_single_process[ws2-ddp/
 DDP_BUFFERS = f"{SUITE}/test_dist_ddp.py::test_ddp_broadcast_buffers[ws2-ddp/buffers]"
 SAMPLER = (f"{SUITE}/test_dist_sampler.py::"
            "test_distributed_sampler_shards[ws2-sampler/drop_last=False]")
+SKEW_WITHIN = (f"{SUITE}/test_dist_skew.py::"
+               "test_rank_skew_against_the_timeout[ws2-skew/within]")
 ALL_REDUCE = (f"{SUITE}/test_dist_collectives.py::"
               "test_collective_matches_numpy[ws2-all_reduce_sum/float32]")
 
@@ -126,5 +128,28 @@ RANK_HANGS = patch_attr(
     checks=(ALL_REDUCE,), pytest_args=("--dist-timeout", "15"),
 )
 
+
+
+def _last_rank_straggles(original):
+    def all_reduce(tensor, *args, **kwargs):
+        import torch.distributed as dist
+
+        if dist.get_rank() == dist.get_world_size() - 1:
+            time.sleep(STRAGGLE_SECONDS)  # the fault: the last rank is slow to arrive
+        return original(tensor, *args, **kwargs)
+
+    return all_reduce
+
+
+STRAGGLE_SECONDS = 3.0  # beyond the rank-skew check's 2 s timeout
+RANK_STRAGGLES = patch_attr(
+    "distributed.rank_straggles", family="distributed",
+    description=f"the last rank reaches every all_reduce {STRAGGLE_SECONDS:g} s late (a slow "
+                "rank): the rank-skew check's collective within its timeout must fail, "
+                "naming the late rank and the timeout variable",
+    target="torch.distributed.all_reduce", replace=_last_rank_straggles,
+    checks=(SKEW_WITHIN,),
+)
+
 FAULTS = [COMM_HOOK_SUMS, GRAD_NOT_REDUCED, BUFFERS_NOT_BROADCAST, SAMPLER_EPOCH_IGNORED,
-          RANK_HANGS]
+          RANK_HANGS, RANK_STRAGGLES]

@@ -1,0 +1,32 @@
+"""Rank skew against the backend's timeout (Note [Rank skew] in harness/distributed/judge.py).
+
+The last rank reaches an all_reduce late, in a group with a 2 s timeout: 0.5 s late, the
+collective completes with the right sum; 4 s late, it fails on every rank in bounded
+time (no hang, no rank killed), and the verdict names the late rank and the variable to
+raise (HCCL_EXEC_TIMEOUT on hccl, the group's timeout on gloo).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.distributed import DistCase, SubCheck, checks
+from harness.distributed.judge import judge_skew, record_problem, record_verdict
+
+pytestmark = pytest.mark.distributed
+
+TIMEOUT = 2.0
+SKEWS = {"within": 0.5, "beyond": 4.0}
+
+
+@pytest.mark.parametrize("case", [
+    DistCase(2, SubCheck.of(checks.rank_skew, name=f"skew/{name}", skew=skew, timeout=TIMEOUT))
+    for name, skew in SKEWS.items()], ids=lambda c: c.id)
+def test_rank_skew_against_the_timeout(case, dist, results):
+    name = case.check.name.split("/", 1)[1]
+    record_id = f"distributed/rank_skew/none/{name}/ws{case.world_size}"
+    outcome = dist(case)
+    if record_problem(results, record_id, outcome):  # a hang or a rank killed: an error
+        return
+    record_verdict(results, record_id, judge_skew(outcome.values,
+                                                  expect_complete=name == "within"))
