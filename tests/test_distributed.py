@@ -308,3 +308,34 @@ def test_a_port_taken_before_the_ranks_bind_it_is_retried(monkeypatch):
         taken.close()
     assert result.outcome("info").ok, result.summary()
     assert Path(result.out_dir).name == "launch1" and result.port != busy  # second attempt
+
+
+def _skew_values(completed: bool, left_late: float, *, skew: float = 4.0,
+                 backend: str = "gloo") -> dict:
+    """Two ranks at an all_reduce; rank 1 scheduled ``skew`` s late, its call ending at
+    ``left_late``; rank 0 entered at 0 and gave up (or finished) at 2 s."""
+    base = {"skew": skew, "timeout": 2.0, "late_rank": 1, "backend": backend, "bound": 1e-3}
+    error = None if completed else "RuntimeError: Timed out waiting 2000ms"
+    err = 0.0 if completed else None
+    return {0: {**base, "entered": 0.0, "left": 2.0, "completed": completed, "error": error,
+                "max_abs_err": err},
+            1: {**base, "entered": skew, "left": left_late, "completed": completed,
+                "error": error, "max_abs_err": err}}
+
+
+def test_skew_verdict_names_the_late_rank_and_the_variable():
+    from harness.distributed.judge import judge_skew
+
+    within = judge_skew(_skew_values(True, 2.0, skew=0.5), expect_complete=True)
+    assert within.status == "pass" and within.metrics == {"completed_ranks": 2}
+    # a straggler turns the within case into a timeout: fail, naming rank 1 and the knob
+    late = judge_skew(_skew_values(False, 3.5, skew=0.5, backend="hccl"), expect_complete=True)
+    assert late.status == "fail"
+    assert "rank 1 was late" in late.message and "raise HCCL_EXEC_TIMEOUT" in late.message
+    beyond = judge_skew(_skew_values(False, 6.0), expect_complete=False)
+    assert beyond.status == "pass" and "rank 1 was late" in beyond.info["diagnosis"]
+    assert "process group's timeout" in beyond.info["diagnosis"]
+    ignored = judge_skew(_skew_values(True, 4.0), expect_complete=False)
+    assert ignored.status == "fail" and "ignores its timeout" in ignored.message
+    slow = judge_skew(_skew_values(False, 20.0), expect_complete=False)
+    assert slow.status == "fail" and "bounded time" in slow.message

@@ -185,13 +185,32 @@ def _upgrade(env: dict) -> dict:
     return {"old": old, "recorded": recorded, "same": same, "worse": worse}
 
 
+DIST_NODES = (
+    "suites/distributed/test_dist_collectives.py::"
+    "test_collective_matches_numpy[ws2-all_reduce_sum/float32]",
+    # DDP with unused parameters stages its used-map in pinned host memory
+    "suites/distributed/test_dist_ddp.py::"
+    "test_ddp_matches_single_process[ws2-ddp/float32/unused_params]",
+)
+
+
+def _distributed(env: dict):
+    """Two distributed checks on the simulator's hccl, two simulated devices."""
+    with tempfile.TemporaryDirectory(prefix="simnpu-dist-") as tmp:
+        return _run(["-m", "pytest", "-m", "npu", "--device", "npu", "-p", "no:cacheprovider",
+                     "-p", "no:randomly", "--baseline", "off", "-rA",
+                     f"--results-dir={Path(tmp) / 'results'}", *DIST_NODES],
+                    base=env, HARNESS_SIMNPU_DEVICES="2")
+
+
 def _if_buildable(fn):
     return (lambda env: None) if simnpu.compiler_missing() else fn
 
 
 PROBE = early.Job("SimNPU probe", _if_buildable(_probe))
 UPGRADE = early.Job("SimNPU CANN upgrade", _if_buildable(_upgrade))
-EARLY = (PROBE, UPGRADE)
+DISTRIBUTED = early.Job("SimNPU distributed", _if_buildable(_distributed))
+EARLY = (PROBE, UPGRADE, DISTRIBUTED)
 
 
 @pytest.fixture(scope="module")
@@ -284,3 +303,13 @@ def test_simulated_cann_upgrade_compares_with_the_older_stack():
                                   if line.startswith("harness: baseline"))
     assert worse.returncode != 0, worse.stdout[-3000:]
     assert "fallback" in worse.stdout
+
+
+@needs_compiler
+def test_distributed_checks_run_on_the_simulated_hccl():
+    """harness.simnpu.collectives: the checks run (not skip) on npu:0 and npu:1 with the
+    npu row's backend, and pass."""
+    proc = early.result(DISTRIBUTED)
+    out = proc.stdout
+    assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]
+    assert "2 passed" in out and "skipped" not in out, out[-3000:]
