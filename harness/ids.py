@@ -102,6 +102,12 @@ def model_record(model: str, op: str, digest: str, direction: str) -> str:
     return f"model/{model}/{op}/{digest}/{direction}"
 
 
+def model_inventory_record(model: str, op: Optional[str] = None) -> str:
+    """``model/<model>/inventory/<aten op>`` (``model/<model>/inventory`` for the whole
+    inventory when it was not taken)."""
+    return f"model/{model}/inventory" + (f"/{op}" if op is not None else "")
+
+
 def auto_record(nodeid: str) -> str:
     """The id of a test that records nothing itself:
     ``suites/norm/test_bn.py::TestX::test_y[fp16]`` -> ``norm/test_bn/TestX/test_y[fp16]``."""

@@ -4,6 +4,7 @@ become baselines or history (issue 21, items 1-4)."""
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -297,3 +298,20 @@ def test_a_model_check_on_empty_inputs_is_nothing_checked_and_exits_1(capsys):
     out = capsys.readouterr().out
     assert re.search(r"^verdict: NO-GO \(NOTHING CHECKED: all \d+ record\(s\) skipped, e.g. "
                      r"input 0 has shape 0x3x32x32", out, re.M), out[-2000:]
+
+
+def test_pytest_model_on_empty_inputs_is_nothing_checked_too(tmp_path):
+    """``pytest --model ... --model-input 0x...`` follows the model command's rule
+    (harness.model.spec.empty_inputs): every case and the inventory skip, NO-GO."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+         "suites/model", "--model", "harness.models:simplecnn", "--model-input", "0x3x32x32",
+         f"--results-dir={tmp_path}"], cwd=root, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 1, run.stdout[-2000:]
+    assert re.search(r"^VERDICT: NO-GO \(NOTHING CHECKED: all \d+ record\(s\) skipped, e.g. "
+                     r"input 0 has shape 0x3x32x32", run.stdout, re.M), run.stdout[-2000:]
+    assert " passed" not in run.stdout.splitlines()[-1]

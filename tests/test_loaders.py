@@ -155,7 +155,7 @@ def test_a_file_over_the_size_cap_is_refused_unread_and_the_cap_is_adjustable(tm
 
 
 def test_history_skips_a_bad_file_and_says_so(tmp_path):
-    good = _valid()
+    good = dict(_valid(), faults=[])  # a fault-injected run never enters history anyway
     (tmp_path / "20260101T000000Z-cpu.json").write_text(json.dumps(good))
     bad = dict(good, fingerprint=dict(FP, stack_id="garbage"))
     (tmp_path / "20260102T000000Z-cpu.json").write_text(json.dumps(bad))

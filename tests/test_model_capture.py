@@ -269,7 +269,8 @@ def test_model_cases_catch_a_fault_in_an_op_only_the_model_uses():
 def test_fault_family_model_is_registered_with_a_model_run():
     registered = [f for f in faults.registry().values() if f.family == "model"]
     assert {f.name for f in registered} == {"model.sinc_rel_error", "model.sinc_unsupported",
-                                            "model.embedding_bag_mean_as_sum"}
+                                            "model.embedding_bag_mean_as_sum",
+                                            "model.scope_audit"}
     for fault in registered:
         assert "--model" in fault.pytest_args
         assert all(c.startswith("suites/model/") for c in fault.checks)

@@ -19,6 +19,7 @@ from harness.model.inventory import Inventory, inventory
 from harness.model.spec import (
     SpecError,
     TensorSpec,
+    empty_inputs,
     load_factory,
     parse_amp,
     parse_tensor_spec,
@@ -126,11 +127,8 @@ def check(factory: str, device, *, inputs: Optional[Sequence[TensorSpec]] = None
     built = cases_mod.build_cases(capture)
     start = time.perf_counter()
     results: list[OpOutcome] = []
-    empty = [f"input {i} has shape {'x'.join(map(str, t.shape))}" for i, t in
-             enumerate(spec.inputs) if t.numel() == 0]
-    if run_cases and empty:  # every case would compare empty tensors: nothing checked
-        why = (f"{'; '.join(empty)}: no elements, so no case compares anything; give "
-               "--input shapes with elements")
+    why = empty_inputs(spec.inputs)
+    if run_cases and why:  # every case would compare empty tensors: nothing checked
         results = [OpOutcome(case.record_id("fwd"), status="skip", message=why)
                    for case in built]
     elif run_cases:

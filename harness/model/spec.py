@@ -201,3 +201,15 @@ def make_target(output: torch.Tensor, spec: Optional[TensorSpec],
     if output.dim() == 2 and output.is_floating_point():
         return torch.randint(0, output.shape[1], (output.shape[0],), generator=gen)
     return torch.randn(output.shape, generator=gen)
+
+
+def empty_inputs(inputs) -> Optional[str]:
+    """Why a step on these inputs checks nothing (an input without elements: every captured
+    case would compare empty tensors), or None; the model command and ``pytest --model``
+    both ask it, so both call such a run NOTHING CHECKED."""
+    empty = [f"input {i} has shape {'x'.join(map(str, t.shape))}" for i, t in
+             enumerate(inputs) if isinstance(t, torch.Tensor) and t.numel() == 0]
+    if not empty:
+        return None
+    return (f"{'; '.join(empty)}: no elements, so no case compares anything; give input "
+            "shapes with elements (--input / --model-input)")

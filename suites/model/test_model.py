@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import pytest
 
+from harness import ids
 from harness.plugin import settings_of
 
 _BUILT: dict[tuple, object] = {}
-"""(factory, input, seed) -> (capture, cases), or the error text: one capture per run."""
+"""(factory, input, seed) -> (capture, cases, why nothing is checked or None), or the error
+text: one capture per run."""
 
 
 def _built(factory: str, model_input, seed: int):
@@ -28,13 +30,19 @@ def _built(factory: str, model_input, seed: int):
     if key not in _BUILT:
         from harness.model.capture import capture_step
         from harness.model.cases import build_cases
-        from harness.model.spec import SpecError, load_factory, parse_tensor_specs
+        from harness.model.spec import (
+            SpecError,
+            empty_inputs,
+            load_factory,
+            parse_tensor_specs,
+        )
 
         try:
             specs = parse_tensor_specs(model_input, source="--model-input") \
                 if model_input else None
-            capture = capture_step(load_factory(factory, specs, seed=seed), seed=seed)
-            _BUILT[key] = (capture, build_cases(capture))
+            spec = load_factory(factory, specs, seed=seed)
+            capture = capture_step(spec, seed=seed)
+            _BUILT[key] = (capture, build_cases(capture), empty_inputs(spec.inputs))
         except (SpecError, Exception) as exc:  # noqa: BLE001 - reported by the test
             _BUILT[key] = f"--model {factory}: {type(exc).__name__}: {exc}"
     return _BUILT[key]
@@ -56,11 +64,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         if isinstance(built, str):
             params.append(pytest.param(factory, built, id=f"{_factory_name(factory)}-capture"))
             continue
-        capture, cases = built
+        capture, cases, empty = built
         if name == "test_model_case":
-            params += [pytest.param(factory, case, id=case.param_id) for case in cases]
+            params += [pytest.param(factory, (case, empty), id=case.param_id)
+                       for case in cases]
         elif name == "test_model_inventory":
-            params.append(pytest.param(factory, capture, id=capture.model))
+            params.append(pytest.param(factory, (capture, empty), id=capture.model))
     metafunc.parametrize(("factory", "subject"), params)
 
 
@@ -80,7 +89,11 @@ def test_model_case(factory, subject, device, results, settings):
     from harness.model.cases import run_model_case
 
     _capture_failed(subject, factory)
-    outcomes = run_model_case(device, subject, settings.seed)
+    case, empty = subject
+    if empty:  # the same rule as the model command: nothing to compare
+        results.record(case.record_id("fwd"), status="skip", message=empty)
+        pytest.skip(empty)
+    outcomes = run_model_case(device, case, settings.seed)
     for outcome in outcomes:
         outcome.record(results, reproduce_args=_reproduce_args(settings, factory))
     if all(o.status == "skip" for o in outcomes):
@@ -92,7 +105,12 @@ def test_model_inventory(factory, subject, device, results, settings, harness_st
     from harness.model.inventory import inventory
 
     _capture_failed(subject, factory)
-    inv = inventory(subject, device.type,
+    capture, empty = subject
+    if empty:  # the step on empty inputs is not the model's step
+        results.record(ids.model_inventory_record(capture.model), status="skip",
+                       message=empty)
+        pytest.skip(empty)
+    inv = inventory(capture, device.type,
                     stack_id=harness_state.run.fingerprint.get("stack_id", ""))
     status = {"ok": "pass", "fallback": "fallback", "unsupported": "unsupported",
               "known-bad": "skip"}
@@ -100,7 +118,7 @@ def test_model_inventory(factory, subject, device, results, settings, harness_st
         message = "" if op.verdict == "ok" else (
             f"{op.op} on {device.type}: {op.verdict} ({op.kernel}"
             + (f"; {op.known_bad}" if op.known_bad else "") + ")")
-        results.record(f"model/{inv.model}/inventory/{op.op}", status=status[op.verdict],
+        results.record(ids.model_inventory_record(inv.model, op.op), status=status[op.verdict],
                        metrics={"calls": float(op.calls)}, message=message,
                        info={"kernel": op.kernel, "phases": op.phases})
     print(inv.text())
