@@ -108,6 +108,27 @@ def model_inventory_record(model: str, op: Optional[str] = None) -> str:
     return f"model/{model}/inventory" + (f"/{op}" if op is not None else "")
 
 
+def check(record_id: str) -> str:
+    """``record_id`` when it has the record id's form, else ValueError saying what is wrong:
+    at least ``<suite>/<subject>``, no empty part (``a//b``, a trailing ``/``), no part with
+    surrounding spaces, no control characters. Every record passes here (the recorder),
+    so a hand-built id with a typo fails its check instead of becoming a new baseline key."""
+    parts = record_id.split("/") if isinstance(record_id, str) else []
+    problem = None
+    if len(parts) < 2:
+        problem = "needs at least <suite>/<subject>"
+    elif any(not p for p in parts):
+        problem = "has an empty part"
+    elif any(p != p.strip() for p in parts):
+        problem = "has a part with surrounding spaces"
+    elif any(ord(c) < 32 for c in record_id):
+        problem = "has a control character"
+    if problem is not None:
+        raise ValueError(f"record id {record_id!r} {problem}: ids read "
+                         "<suite>/<subject>/<dtype>/<variant>/... (harness/ids.py)")
+    return record_id
+
+
 def auto_record(nodeid: str) -> str:
     """The id of a test that records nothing itself:
     ``suites/norm/test_bn.py::TestX::test_y[fp16]`` -> ``norm/test_bn/TestX/test_y[fp16]``."""

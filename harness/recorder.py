@@ -93,7 +93,7 @@ class Recorder:
                metrics: Optional[dict] = None, rules: Optional[dict] = None,
                message: str = "", info: Optional[dict] = None) -> Record:
         """Record one measurement. A ``fail``/``error`` status fails the test with ``message``."""
-        rec = Record(id=record_id, status=status, metrics=dict(metrics or {}),
+        rec = Record(id=ids.check(record_id), status=status, metrics=dict(metrics or {}),
                      rules=dict(rules or {}), test=self.nodeid, message=message,
                      info=dict(info or {}))
         if any(r.id == record_id for r in self.records):

@@ -163,3 +163,12 @@ def test_a_record_id_two_tests_record_is_an_error_naming_both():
     assert "ops/x/same" in error and "suites/a.py::test_one" in error \
         and "suites/b.py::test_two" in error
     assert judge(state.run, None, errors=state.errors).level == "NO-GO"
+
+
+@pytest.mark.parametrize("bad", ["ops", "ops//float32", "ops/exp/", " ops/exp", "ops/exp\n"])
+def test_a_malformed_record_id_is_refused_where_it_is_recorded(bad):
+    from harness import ids
+
+    with pytest.raises(ValueError, match="harness/ids.py"):
+        ids.check(bad)
+    assert ids.check("ops/exp/float16/fwd/s=(128,257)") == "ops/exp/float16/fwd/s=(128,257)"
