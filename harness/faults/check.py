@@ -56,8 +56,8 @@ class FaultResult:
 
     @property
     def applicable(self) -> bool:
-        """False when every check of the fault was skipped on this device (e.g. the
-        distributed checks on a device without a collective backend): then the fault can
+        """False when every check of the fault was skipped on this device (e.g. a
+        world size 4 distributed check on a host with 2 devices): then the fault can
         be neither caught nor missed here, and is reported as not applicable."""
         outcomes = self.run.outcomes.values()
         return not outcomes or any(o != "skipped" for o in outcomes)  # nothing ran: a miss
