@@ -1,11 +1,11 @@
 """SimNPU: a simulated NPU, so the suite's ``npu`` path runs on a CPU-only machine.
 
 A PrivateUse1 backend (``simnpu.cpp``, built on first use with
-``torch.utils.cpp_extension.load`` and cached per torch version) renamed ``npu``: tensors
-live in host memory, every op runs through a boxed CPU fallback, and a Python device module
-registered as ``torch.npu`` answers what the harness asks torch_npu (device count and name,
-memory statistics, a real per-process memory cap raising ``torch.OutOfMemoryError``,
-events, seeding, AMP). A fake ``torch_npu`` module reports its version and a simulated
+``torch.utils.cpp_extension.load`` and cached per torch version and source) renamed
+``npu``: tensors live in host memory, every op runs through a boxed CPU fallback, and a
+Python device module registered as ``torch.npu`` answers what the harness asks torch_npu
+(device count and name, memory statistics, a real per-process memory cap raising
+``torch.OutOfMemoryError``, events, seeding, AMP). A fake ``torch_npu`` module reports its version and a simulated
 CANN version through ``torch_npu.npu.utils.get_cann_version(module=...)``.
 
 Activated only on request: ``HARNESS_SIMNPU=1`` with ``--device npu`` (the probe of
@@ -29,6 +29,7 @@ See docs/simnpu.md for what it can and cannot simulate.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import importlib.util
 import os
@@ -107,13 +108,16 @@ def _op_list(name: str, env: Optional[dict] = None) -> list[str]:
 def cache_dir() -> Path:
     """Where the build lives: ``$HARNESS_SIMNPU_CACHE`` or ``~/.cache/harness-simnpu``,
     one folder per torch version (an extension is only valid for the torch it was built
-    against)."""
+    against) and source: checkouts of different versions of ``simnpu.cpp`` on one machine
+    each keep their own build, rather than rebuilding over each other (a build racing a
+    rewrite of its source left a stale library that ninja then took as current)."""
     import torch
 
     root = os.environ.get("HARNESS_SIMNPU_CACHE") or os.path.join(
         os.path.expanduser("~"), ".cache", "harness-simnpu")
     version = re.sub(r"[^A-Za-z0-9.+-]", "_", torch.__version__)
-    return Path(root) / f"torch-{version}"
+    source = hashlib.sha1(Path(__file__).with_name("simnpu.cpp").read_bytes()).hexdigest()
+    return Path(root) / f"torch-{version}" / source[:12]
 
 
 def compiler_missing() -> Optional[str]:
