@@ -2,10 +2,9 @@
 
 import os
 
+import early
 import pytest
 import torch._dynamo  # noqa: F401 - see the note below
-
-import early
 
 # Note [pytester and torch's lazy imports]: pytester's in-process runs restore
 # sys.modules afterwards, so a torch module first imported inside one (torch.manual_seed

@@ -3,9 +3,8 @@
 import sys
 import time
 
-import pytest
-
 import early
+import pytest
 
 
 def test_a_job_nothing_started_runs_when_its_result_is_asked_for():

@@ -10,9 +10,9 @@ import json
 import sys
 from pathlib import Path
 
+import early
 import pytest
 
-import early
 from harness import faults
 
 ROOT = Path(__file__).resolve().parent.parent

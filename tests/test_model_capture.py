@@ -10,11 +10,11 @@ import tempfile
 import textwrap
 from pathlib import Path
 
+import early
 import pytest
 import torch
 from torch import nn
 
-import early
 from harness import faults, models
 from harness.device import Device
 from harness.model import capture as capture_mod

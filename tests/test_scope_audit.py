@@ -4,10 +4,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+import early
 import pytest
 import torch
 
-import early
 from harness import faults
 from harness.faults import audit
 from harness.faults import check as fault_check

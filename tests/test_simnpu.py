@@ -19,9 +19,9 @@ import textwrap
 from pathlib import Path
 from typing import Optional
 
+import early
 import pytest
 
-import early
 from harness import device as device_mod
 from harness import simnpu
 

@@ -8,8 +8,16 @@ import pytest
 import torch
 
 from harness import compare
-from harness.compare import (FLOOR, STANDARDS, Absolute, Exact, Relative, Ulp, check_table,
-                             compare_outputs)
+from harness.compare import (
+    FLOOR,
+    STANDARDS,
+    Absolute,
+    Exact,
+    Relative,
+    Ulp,
+    check_table,
+    compare_outputs,
+)
 from harness.faults.catalog.ops import toward_zero
 from harness.ops import policy
 from harness.ops.spec import OpEntry

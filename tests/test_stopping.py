@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import early
+
 from harness import stopping
 
 ROOT = Path(__file__).resolve().parent.parent
