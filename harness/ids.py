@@ -108,6 +108,13 @@ def model_inventory_record(model: str, op: Optional[str] = None) -> str:
     return f"model/{model}/inventory" + (f"/{op}" if op is not None else "")
 
 
+def record(suite: str, subject: object, *rest: object) -> str:
+    """``<suite>/<subject>/<dtype>/<variant>/...`` from its parts (each formatted as an
+    f-string formats it), checked by :func:`check`: the builder every check without a
+    family builder of its own uses (``ids.record("norm", "batchnorm2d", dtype, "eval")``)."""
+    return check("/".join(f"{part}" for part in (suite, subject, *rest)))
+
+
 def check(record_id: str) -> str:
     """``record_id`` when it has the record id's form, else ValueError saying what is wrong:
     at least ``<suite>/<subject>``, no empty part (``a//b``, a trailing ``/``), no part with

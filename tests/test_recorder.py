@@ -172,3 +172,12 @@ def test_a_malformed_record_id_is_refused_where_it_is_recorded(bad):
     with pytest.raises(ValueError, match="harness/ids.py"):
         ids.check(bad)
     assert ids.check("ops/exp/float16/fwd/s=(128,257)") == "ops/exp/float16/fwd/s=(128,257)"
+
+
+def test_ids_record_builds_the_id_every_suite_records_under():
+    from harness import ids
+
+    assert ids.record("norm", "batchnorm2d", "float32", "momentum=0.1") == \
+        "norm/batchnorm2d/float32/momentum=0.1"
+    with pytest.raises(ValueError, match="empty part"):
+        ids.record("norm", "", "float32")

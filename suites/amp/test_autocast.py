@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from harness import dtypes as dt
+from harness import ids
 from harness.results import equal, lower
 
 LOW = "low"      # the autocast dtype
@@ -100,7 +101,7 @@ def test_autocast_policy(device, results, amp, op, inp):
     finite = bool(torch.isfinite(out).all())
     ok = got == want and finite and err < 0.05
     results.check(
-        f"amp/autocast_policy/{amp}/{op}/in={inp}", ok=ok,
+        ids.record("amp", "autocast_policy", amp, op, f"in={inp}"), ok=ok,
         metrics={"out_dtype": got, "scaled_max_err": err},
         rules={"out_dtype": equal(), "scaled_max_err": lower(rel=4.0, abs=1e-3)},
         info={"policy": policy, "expected": want},
@@ -136,7 +137,7 @@ def test_nested_autocast_disabled_computes_fp32(device, results, amp):
     ok = (dtypes["hidden"] == amp_dtype and dtypes["inner"] == torch.float32
           and dtypes["probs"] == torch.float32 and dtypes["after"] == amp_dtype and err < allowed)
     results.check(
-        f"amp/autocast_nested_disabled/{amp}", ok=ok,
+        ids.record("amp", "autocast_nested_disabled", amp), ok=ok,
         metrics={"inner_dtype": names["inner"], "inner_rel_err": err,
                  "outer_dtype": names["after"]},
         rules={"inner_dtype": equal(), "outer_dtype": equal(),

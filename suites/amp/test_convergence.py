@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from harness import dtypes as dt
-from harness import training
+from harness import ids, training
 from harness.results import higher, lower
 from harness.training import localize
 
@@ -28,7 +28,7 @@ def test_amp_convergence(device, results, settings, amp_dtype):
     ref = training.reference(spec)
     dut = training.train(spec, device, amp_dtype=amp_dtype)
     m = training.convergence(dut, ref, spec.window)
-    base = f"amp/convergence/{_name(amp_dtype)}/{spec.model}-{spec.scale}"
+    base = ids.record("amp", "convergence", _name(amp_dtype), f"{spec.model}-{spec.scale}")
     curves = {"dut_loss": dut.curve(), "ref_loss": ref.curve(), "skipped": dut.skipped,
               "scales": dut.scales[-5:], "steps": spec.steps, "batch_size": spec.batch_size}
     band = max(limits.final_loss_abs, limits.final_loss_rel * m["ref_final_window_loss"])

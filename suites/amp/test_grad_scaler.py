@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harness import training
+from harness import ids, training
 from harness.results import equal, lower
 from harness.training import localize
 
@@ -63,7 +63,7 @@ def test_classic_scale_sequence(device, results):
     skipped = [i for i, change in enumerate(changes) if change == 0.0]
     ok = scales == expected and skipped == [INF_STEP]
     results.check(
-        "amp/grad_scaler/float16/classic_sequence", ok=ok,
+        ids.record("amp", "grad_scaler", "float16", "classic_sequence"), ok=ok,
         metrics={"final_scale": scales[-1], "skipped_steps": len(skipped),
                  "inf_step_param_change": changes[INF_STEP]},
         rules={"final_scale": equal(), "skipped_steps": equal(),
@@ -107,7 +107,7 @@ def test_unscale_then_clip(device, results):
     rel_param_err = param_err / step_size
     ok = norm_err <= 1e-2 and clipped <= max_norm * (1 + 1e-3) and rel_param_err <= 2e-2
     results.check(
-        "amp/grad_scaler/float16/unscale_then_clip", ok=ok,
+        ids.record("amp", "grad_scaler", "float16", "unscale_then_clip"), ok=ok,
         metrics={"norm_rel_err": norm_err, "clipped_norm_over_max": clipped / max_norm,
                  "step_rel_err": rel_param_err},
         rules={"norm_rel_err": lower(rel=4.0, abs=1e-3),
@@ -160,7 +160,7 @@ def test_state_dict_round_trip(device, results):
     diverging = sum(u != v for u, v in zip(a, b))
     ok = not mismatched and diverging == 0
     results.check(
-        "amp/grad_scaler/float16/state_dict_round_trip", ok=ok,
+        ids.record("amp", "grad_scaler", "float16", "state_dict_round_trip"), ok=ok,
         metrics={"mismatched_keys": len(mismatched), "diverging_scales": diverging},
         rules={"mismatched_keys": equal(), "diverging_scales": equal()},
         info={"state": {k: float(v) for k, v in state.items()}, "original": a, "restored": b},
@@ -185,8 +185,8 @@ def test_overflow_skip_rate(device, results, settings, init_scale):
     report = "" if ok else "\n" + localize.safe_report_text(
         spec.model, device, amp_dtype=torch.float16, seed=spec.seed, scale=spec.scale)
     results.check(
-        f"amp/grad_scaler/float16/skip_rate/{spec.model}-{spec.scale}/"
-        f"init=2^{int(math.log2(init_scale))}", ok=ok,
+        ids.record("amp", "grad_scaler", "float16", "skip_rate", f"{spec.model}-{spec.scale}",
+                   f"init=2^{int(math.log2(init_scale))}"), ok=ok,
         metrics={"skipped_steps": skipped, "skip_rate": skipped / steps,
                  "log2_final_scale": math.log2(final) if final > 0 else float("nan")},
         rules={"skipped_steps": lower(rel=1.5, abs=2), "log2_final_scale": equal(abs=2)},

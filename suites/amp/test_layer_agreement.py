@@ -5,7 +5,7 @@ deliberately perturbed layer on the DUT must be the one it names."""
 import pytest
 import torch
 
-from harness import data, training
+from harness import data, ids, training
 from harness import dtypes as dt
 from harness.results import equal, lower
 from harness.training import localize
@@ -21,7 +21,7 @@ def test_layers_agree(device, results, settings, model, dtype):
                                  scale=settings.training_scale, batch_size=8)
     first = report.first
     results.check(
-        f"amp/layer_agreement/{dtype}/{model}-{settings.training_scale}", ok=report.ok,
+        ids.record("amp", "layer_agreement", dtype, f"{model}-{settings.training_scale}"), ok=report.ok,
         metrics={"first_divergent_layer": first.name if first else "none",
                  "worst_rel_err": report.worst_rel_err,
                  "layers": len(report.forward)},
@@ -47,7 +47,7 @@ def test_finder_names_a_perturbed_layer(device, results, settings):
                                seed=settings.seed, model_name="simplecnn", dut_model=dut_model)
     named = report.first.name if report.first else "none"
     results.check(
-        "amp/layer_agreement/float32/simplecnn/finder_selftest", ok=named == "conv2",
+        ids.record("amp", "layer_agreement", "float32", "simplecnn", "finder_selftest"), ok=named == "conv2",
         metrics={"named_layer": named}, rules={"named_layer": equal()},
         message=f"the divergence finder named {named!r}, expected 'conv2' (perturbed on "
                 f"purpose)\n{report.text()}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from harness import ids
 from harness.distributed import DistCase, SubCheck, checks
 from harness.distributed.checks import COLLECTIVE_OPS, COLLECTIVE_SIZES, WORLD_SIZES
 from harness.distributed.judge import (
@@ -34,7 +35,7 @@ def test_collective_matches_numpy(case, dist, results):
     op, dtype = case.check.kwargs["op"], case.check.kwargs["dtype"]
     outcome = dist(case)
     for size in COLLECTIVE_SIZES:
-        record_id = f"distributed/{op}/{dtype}/n={size}/ws{case.world_size}"
+        record_id = ids.record("distributed", op, dtype, f"n={size}", f"ws{case.world_size}")
         if not outcome.ok:  # the whole story once, then a pointer to it
             if size == COLLECTIVE_SIZES[0]:
                 record_error(results, record_id, outcome.problem())
@@ -49,7 +50,7 @@ def test_collective_matches_numpy(case, dist, results):
 @pytest.mark.parametrize("case", [DistCase(ws, SubCheck.of(checks.barrier, name="barrier"))
                                   for ws in WORLD_SIZES], ids=lambda c: c.id)
 def test_barrier_waits_for_every_rank(case, dist, results):
-    record_id = f"distributed/barrier/none/staggered/ws{case.world_size}"
+    record_id = ids.record("distributed", "barrier", "none", "staggered", f"ws{case.world_size}")
     outcome = dist(case)
     if record_problem(results, record_id, outcome):
         return

@@ -11,6 +11,7 @@ from typing import Callable
 
 import pytest
 
+from harness import ids
 from harness.distributed import DistCase, SubCheck, checks
 from harness.distributed.checks import WORLD_SIZES
 from harness.distributed.judge import (
@@ -41,7 +42,7 @@ def _case(ws: int, name: str, fn: Callable, **kwargs) -> DistCase:
     for ws in WORLD_SIZES for dtype, variant in DDP_CASES], ids=lambda c: c.id)
 def test_ddp_matches_single_process(case, dist, results):
     kwargs = case.check.kwargs
-    record_id = f"distributed/ddp/{kwargs['dtype']}/{kwargs['variant']}/ws{case.world_size}"
+    record_id = ids.record("distributed", "ddp", kwargs['dtype'], kwargs['variant'], f"ws{case.world_size}")
     outcome = dist(case)
     if record_problem(results, record_id, outcome):
         return
@@ -54,17 +55,17 @@ def test_ddp_matches_single_process(case, dist, results):
                                   for ws in WORLD_SIZES], ids=lambda c: c.id)
 def test_ddp_amp_grad_scaler(case, dist, results):
     outcome = dist(case)
-    if record_problem(results, f"distributed/ddp/amp/grad_scaler/ws{case.world_size}", outcome):
+    if record_problem(results, ids.record("distributed", "ddp", "amp", "grad_scaler", f"ws{case.world_size}"), outcome):
         return
     amp_dtype, verdict = judge_amp(outcome.values)
-    record_id = f"distributed/ddp/{amp_dtype}/amp_grad_scaler/ws{case.world_size}"
+    record_id = ids.record("distributed", "ddp", amp_dtype, "amp_grad_scaler", f"ws{case.world_size}")
     record_verdict(results, record_id, verdict)
 
 
 @pytest.mark.parametrize("case", [_case(ws, "ddp/buffers", checks.ddp_buffers)
                                   for ws in WORLD_SIZES], ids=lambda c: c.id)
 def test_ddp_broadcast_buffers(case, dist, results):
-    record_id = f"distributed/ddp/float32/broadcast_buffers/ws{case.world_size}"
+    record_id = ids.record("distributed", "ddp", "float32", "broadcast_buffers", f"ws{case.world_size}")
     outcome = dist(case)
     if record_problem(results, record_id, outcome):
         return
@@ -75,7 +76,7 @@ def test_ddp_broadcast_buffers(case, dist, results):
 @pytest.mark.parametrize("case", [_case(ws, "ddp/sync_batchnorm", checks.sync_batchnorm)
                                   for ws in WORLD_SIZES], ids=lambda c: c.id)
 def test_sync_batchnorm_matches_full_batch(case, dist, results):
-    record_id = f"distributed/ddp/float32/sync_batchnorm/ws{case.world_size}"
+    record_id = ids.record("distributed", "ddp", "float32", "sync_batchnorm", f"ws{case.world_size}")
     outcome = dist(case)
     if record_problem(results, record_id, outcome):
         return

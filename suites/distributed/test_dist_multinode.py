@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from harness import ids
 from harness.distributed import ADDRESS_IN_USE, ROOT, free_port
 from harness.distributed.judge import judge_collective, judge_ddp, record_error, record_verdict
 
@@ -82,7 +83,7 @@ def test_two_torchrun_nodes_on_loopback(device, results, tmp_path):
                     "docs/distributed.md commands on two hosts")
     out = tmp_path / "results"
     codes, outputs, why = run_two_nodes(out)
-    record_id = "distributed/multinode/none/torchrun_2x1/ws2"
+    record_id = ids.record("distributed", "multinode", "none", "torchrun_2x1", "ws2")
     summary_path = out / "summary.json"
     if codes != [0, 0] or not summary_path.exists():
         record_error(results, record_id,
@@ -109,4 +110,4 @@ def test_two_torchrun_nodes_on_loopback(device, results, tmp_path):
             collective, size, op="all_reduce_sum", dtype="float32")
     for name, verdict in verdicts.items():
         verdict = dataclasses.replace(verdict, message=f"two torchrun nodes: {verdict.message}")
-        record_verdict(results, f"distributed/multinode/{name}/torchrun_2x1", verdict)
+        record_verdict(results, ids.record("distributed", "multinode", name, "torchrun_2x1"), verdict)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from harness import ids
 from harness.distributed import DistCase, SubCheck, checks
 from harness.distributed.checks import WORLD_SIZES
 from harness.distributed.judge import judge_sampler, record_problem, record_verdict
@@ -18,7 +19,7 @@ pytestmark = pytest.mark.distributed
     for ws in WORLD_SIZES for drop in (False, True)], ids=lambda c: c.id)
 def test_distributed_sampler_shards(case, dist, results):
     drop = case.check.kwargs["drop_last"]
-    record_id = f"distributed/sampler/none/drop_last={drop}/ws{case.world_size}"
+    record_id = ids.record("distributed", "sampler", "none", f"drop_last={drop}", f"ws{case.world_size}")
     outcome = dist(case)
     if record_problem(results, record_id, outcome):
         return

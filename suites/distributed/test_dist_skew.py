@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from harness import ids
 from harness.distributed import DistCase, SubCheck, checks
 from harness.distributed.judge import judge_skew, record_problem, record_verdict
 
@@ -24,7 +25,7 @@ SKEWS = {"within": 0.5, "beyond": 4.0}
     for name, skew in SKEWS.items()], ids=lambda c: c.id)
 def test_rank_skew_against_the_timeout(case, dist, results):
     name = case.check.name.split("/", 1)[1]
-    record_id = f"distributed/rank_skew/none/{name}/ws{case.world_size}"
+    record_id = ids.record("distributed", "rank_skew", "none", name, f"ws{case.world_size}")
     outcome = dist(case)
     if record_problem(results, record_id, outcome):  # a hang or a rank killed: an error
         return

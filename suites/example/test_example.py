@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from harness import dtypes as dt
+from harness import ids
 from harness.results import lower
 
 DTYPES = [torch.float32, torch.bfloat16]
@@ -28,7 +29,7 @@ def test_add_matches_reference(device, results, dtype):
     ref = a.to(dtype).double() + b.to(dtype).double()
     err = _max_rel_err(dut, ref)
     limit = TOLERANCE[dtype]
-    results.check(f"example/add/{dt.name(dtype)}", err <= limit,
+    results.check(ids.record("example", "add", dt.name(dtype)), err <= limit,
                   f"add max_rel_err {err:.3g} > {limit:.3g}",
                   metrics={"max_rel_err": err}, rules={"max_rel_err": lower(rel=2.0, abs=1e-7)})
 
@@ -40,7 +41,7 @@ def test_relu_matches_reference(device, results, dtype):
         dut = torch.nn.functional.relu(x.to(device.torch_device, dtype))
     ref = torch.nn.functional.relu(x.to(dtype).double())
     mismatched = int((dut.double().cpu() != ref).sum())
-    results.check(f"example/relu/{dt.name(dtype)}", mismatched == 0,
+    results.check(ids.record("example", "relu", dt.name(dtype)), mismatched == 0,
                   f"relu: {mismatched} of {x.numel()} elements differ from the reference "
                   "(exact standard)",
                   metrics={"mismatched": mismatched}, rules={"mismatched": lower(rel=1.0, abs=0)})

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness import memory
+from harness import ids, memory
 from harness.results import lower
 
 MODELS = ("mlp", "cnn", "resnet")
@@ -54,7 +54,7 @@ def grad_mismatch(device, plain: dict, other: dict) -> tuple[int, float, list[st
 def test_plain_step_peak(device, results, cases, memory_cache, model_name):
     case = cases[model_name]
     plain, _ = plain_and(device, case, "none", memory_cache)
-    results.check(f"memory/checkpoint/{model_name}/float32/none",
+    results.check(ids.record("memory", "checkpoint", model_name, "float32", "none"),
                   plain.peak > 0 and bool(plain.grads),
                   f"plain step of {model_name} measured no memory (peak {plain.peak}) or "
                   "produced no gradients",
@@ -85,7 +85,7 @@ def test_checkpoint_saving(device, results, cases, memory_cache, model_name, mod
                            if missing else "")
                         + " (dropout masks not restored on recomputation?)")
     results.check(
-        f"memory/checkpoint/{model_name}/float32/{mode}", not problems,
+        ids.record("memory", "checkpoint", model_name, "float32", mode), not problems,
         f"{model_name} ({device.type}, float32, batch {case.batch}): " + "; ".join(problems),
         metrics={"peak_bytes": ckpt.peak, "ratio": ratio, "grad_mismatch": mismatched},
         rules={"peak_bytes": lower(rel=1.05, abs=4096, severity="regression"),
@@ -114,7 +114,7 @@ def test_checkpoint_restores_dropout_rng(device, results, cases):
                                 checkpoint="none", seed=STEP_SEED + 1)
     same, _, _ = grad_mismatch(device, plain.grads, ckpt.grads)
     control, _, _ = grad_mismatch(device, plain.grads, other.grads)
-    results.check("memory/checkpoint/mlp/float32/dropout_rng", same == 0 and control > 0,
+    results.check(ids.record("memory", "checkpoint", "mlp", "float32", "dropout_rng"), same == 0 and control > 0,
                   f"checkpointed dropout: {same} gradient elements differ from the plain "
                   f"step (want 0); another seed's masks change {control} (want > 0)",
                   metrics={"grad_mismatch": same, "control_mismatch_nonzero": control > 0},

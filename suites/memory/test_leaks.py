@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness import dtypes, memory
+from harness import dtypes, ids, memory
 from harness.results import lower
 
 KINDS = ("plain", "amp", "checkpoint")
@@ -48,7 +48,7 @@ def test_no_leak_per_step(device, results, cases, memory_limits, kind):
     if not finite:
         problems.append(f"non-finite losses: {losses}")
     results.check(
-        f"memory/leak/{case.name}/{'float32' if kind != 'amp' else dtypes.name(amp)}/{kind}",
+        ids.record("memory", "leak", case.name, 'float32' if kind != 'amp' else dtypes.name(amp), kind),
         not problems,
         f"{kind} step leaks: " + "; ".join(problems) + f"\nmemory summary:\n{profile.summary}",
         metrics={"growth_per_step": growth},

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness import memory, models
+from harness import ids, memory, models
 from harness.results import lower
 
 ROUNDING = {"tracker": 0, "allocator": 512}  # bytes allowed per storage
@@ -32,7 +32,7 @@ def test_meter_matches_analytic_peak(device, results):
     slack = ROUNDING[meter.backend] * 3
     errors = [abs(got - want) for got, want in zip((peak, current, after), expected)]
     results.check(
-        "memory/meter/float32/analytic", max(errors) <= slack,
+        ids.record("memory", "meter", "float32", "analytic"), max(errors) <= slack,
         f"{meter.backend} meter: (peak, live, live after free) = {(peak, current, after)}, "
         f"expected {expected} (allowed {slack} bytes off)",
         metrics={"abs_error_bytes": max(errors)},
@@ -63,7 +63,7 @@ def test_meter_agrees_with_saved_tensors_hooks(device, results):
     diff = abs((graph_live - plain_live) - saved["bytes"])
     slack = ROUNDING[graph.backend] * saved["storages"]
     results.check(
-        "memory/meter/mlp/float32/saved_tensors", saved["bytes"] > 0 and diff <= slack,
+        ids.record("memory", "meter", "mlp", "float32", "saved_tensors"), saved["bytes"] > 0 and diff <= slack,
         f"{graph.backend} meter: the graph keeps {graph_live - plain_live} bytes, "
         f"saved_tensors_hooks counts {saved['bytes']} in {saved['storages']} storages "
         f"(allowed {slack} bytes off)",

@@ -17,7 +17,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness import memory
+from harness import ids, memory
 from harness.results import higher, lower
 
 # (model, checkpoint mode) searches: the MLP in every mode; the ResNet (slow convolutions
@@ -73,7 +73,7 @@ def test_max_batch_under_cap(device, results, cases, thresholds, memory_cache,
         metrics[f"peak_bytes_b{threshold.ref_batch}"] = ref
         rules[f"peak_bytes_b{threshold.ref_batch}"] = lower(rel=1.05, abs=4096)
     results.check(
-        f"memory/oom_threshold/{model_name}/float32/{mode}", not problems,
+        ids.record("memory", "oom_threshold", model_name, "float32", mode), not problems,
         f"{model_name} {mode} under a {memory.fmt_bytes(threshold.cap)} cap: "
         + "; ".join(problems),
         metrics=metrics, rules=rules,
@@ -91,7 +91,7 @@ def test_checkpointing_raises_max_batch(device, results, cases, thresholds, memo
     ckpt = search(device, case, threshold, mode, memory_cache)
     gain = ckpt.max_batch / max(plain.max_batch, 1)
     results.check(
-        f"memory/oom_threshold/{model_name}/float32/{mode}_gain", gain >= threshold.min_gain,
+        ids.record("memory", "oom_threshold", model_name, "float32", f"{mode}_gain"), gain >= threshold.min_gain,
         f"{model_name}: {mode} checkpointing raises the max batch under a "
         f"{memory.fmt_bytes(threshold.cap)} cap only {gain:.2f}x "
         f"({plain.max_batch} -> {ckpt.max_batch}); stated minimum {threshold.min_gain}x",
@@ -162,7 +162,7 @@ def test_oom_recovery(device, results, cases, thresholds, memory_limits):
                             f"{peaks[smaller]} before it")
     leftover = level_after - level_before
     results.check(
-        "memory/oom_recovery/mlp/float32", not problems,
+        ids.record("memory", "oom_recovery", "mlp", "float32"), not problems,
         "OOM recovery: " + "; ".join(problems) + f"\n{meter.summary()}",
         metrics={"leftover_bytes": leftover},
         rules={"leftover_bytes": lower(rel=1.0, abs=tolerance)},

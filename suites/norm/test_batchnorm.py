@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from harness import dtypes as dt
-from harness import training
+from harness import ids, training
 from harness.results import equal, lower
 from harness.training import localize
 
@@ -57,7 +57,7 @@ def test_train_updates_running_stats(device, results, settings, momentum):
     tracked = int(bn.num_batches_tracked)
     ok = mean_err <= STAT_LIMIT and var_err <= STAT_LIMIT and tracked == len(batches)
     results.check(
-        f"norm/batchnorm2d/float32/train_running_stats/momentum={momentum}", ok=ok,
+        ids.record("norm", "batchnorm2d", "float32", "train_running_stats", f"momentum={momentum}"), ok=ok,
         metrics={"running_mean_rel_err": mean_err, "running_var_rel_err": var_err,
                  "num_batches_tracked": tracked},
         rules={"running_mean_rel_err": lower(rel=4.0, abs=1e-6),
@@ -108,7 +108,7 @@ def test_eval_uses_running_stats(device, results, settings, dtype):
     batch_diff = float((alone - first[[0, 7, 15]]).abs().max())
     ok = err <= 1e-5 and not changed and passes_diff == 0 and batch_diff <= 1e-6
     results.check(
-        f"norm/batchnorm2d/{dtype}/eval_running_stats", ok=ok,
+        ids.record("norm", "batchnorm2d", dtype, "eval_running_stats"), ok=ok,
         metrics={"rel_err": err, "buffers_changed": len(changed), "two_pass_diff": passes_diff,
                  "batch_dependence": batch_diff},
         rules={"rel_err": lower(rel=4.0, abs=1e-6), "buffers_changed": equal(),
@@ -139,7 +139,7 @@ def test_no_running_stats(device, results, settings):
     buffers = [name for name, _ in bn.named_buffers()]
     ok = max(errs.values()) <= 1e-5 and not buffers and bn.running_mean is None
     results.check(
-        "norm/batchnorm2d/float32/no_running_stats", ok=ok,
+        ids.record("norm", "batchnorm2d", "float32", "no_running_stats"), ok=ok,
         metrics={"train_rel_err": errs["train"], "eval_rel_err": errs["eval"],
                  "buffers": len(buffers)},
         rules={"train_rel_err": lower(rel=4.0, abs=1e-6), "eval_rel_err": lower(rel=4.0,
@@ -178,7 +178,7 @@ def test_autocast_low_precision_input(device, results, settings, amp):
     limit = 2.0 ** -8 * 4 if amp_dtype == torch.bfloat16 else 2.0 ** -11 * 8
     ok = low_ok and fp32_kept and out_err <= limit and stat_err <= 1e-4
     results.check(
-        f"norm/batchnorm2d/{amp}/autocast", ok=ok,
+        ids.record("norm", "batchnorm2d", amp, "autocast"), ok=ok,
         metrics={"out_dtype": dt.name(out.dtype), "out_rel_err": out_err,
                  "running_stats_rel_err": stat_err, "non_fp32_bn_tensors":
                  sum(v not in ("float32", "int64") for v in kept.values())},
@@ -203,7 +203,7 @@ def test_eval_matches_reference(device, results, settings, dtype):
     err = _rel(out, ref)
     limit = {"float32": 1e-5, "float16": 2.0 ** -10 * 4, "bfloat16": 2.0 ** -7 * 4}[dtype]
     results.check(
-        f"norm/batchnorm2d/{dtype}/eval_vs_reference", ok=err <= limit,
+        ids.record("norm", "batchnorm2d", dtype, "eval_vs_reference"), ok=err <= limit,
         metrics={"rel_err": err}, rules={"rel_err": lower(rel=4.0, abs=limit / 10)},
         message=f"BatchNorm2d eval in {dtype}: rel err {err:.3g} vs fp64 (allowed {limit:.3g})")
 
@@ -230,6 +230,6 @@ def test_model_eval_is_batch_independent(device, results, settings):
     if not ok:
         message += "\n" + localize.safe_report_text("simplecnn", device, seed=settings.seed,
                                                     train=False)
-    results.check("norm/simplecnn/float32/eval_batch_independence", ok, message,
+    results.check(ids.record("norm", "simplecnn", "float32", "eval_batch_independence"), ok, message,
                   metrics={"batch_dependence": diff},
                   rules={"batch_dependence": lower(rel=4.0, abs=1e-6)})

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from harness import dtypes as dt
+from harness import ids
 from harness.results import equal
 
 N = 1 << 16
@@ -36,7 +37,7 @@ def test_dropout_train_scales_kept(device, results, dtype, p):
     eval_identity = bool(torch.equal(eval_out, x))
     ok = scale_err == 0 and module_err == 0 and drop_z <= 5 and eval_identity
     results.check(
-        f"norm/dropout/{dtype}/p={p}", ok=ok,
+        ids.record("norm", "dropout", dtype, f"p={p}"), ok=ok,
         metrics={"kept_scale_err": max(scale_err, module_err), "dropped_fraction": dropped,
                  "mean": mean, "eval_identity": eval_identity},
         rules={"kept_scale_err": equal(), "eval_identity": equal(),

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812 - torch's own convention
 
 from harness import dtypes as dt
+from harness import ids
 from harness.results import equal
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -133,7 +134,7 @@ def test_two_runs_are_bit_identical(row, dtype, device, results):
     name = dt.name(dtype)
     what = "gradients" if row.backward else "outputs"
     results.check(
-        f"determinism/{row.name}/{name}", not mismatched,
+        ids.record("determinism", row.name, name), not mismatched,
         f"{row.name} ({name}, {device.type}): two runs on the same inputs differ in "
         f"{mismatched} of {numel} {what} (bitwise); documented deterministic"
         f"{' with use_deterministic_algorithms(True)' if row.flag else ''}",

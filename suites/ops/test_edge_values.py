@@ -21,6 +21,7 @@ import torch
 from hypothesis import given
 
 from harness import dtypes as dt
+from harness import ids
 from harness.ops import edge
 from harness.ops.catalog import BY_NAME
 from harness.ops.runner import case_id, filter_regex
@@ -48,7 +49,7 @@ def test_edge_values_agree_with_reference(op, dtype, device, results):
     try:
         agrees()
     finally:
-        results.check(f"edge/{op.name}/{name}", seen["mismatches"] == 0,
+        results.check(ids.record("edge", op.name, name), seen["mismatches"] == 0,
                       f"{seen['mismatches']} of {seen['examples']} hypothesis examples "
                       f"disagree with the reference on NaN/Inf positions; first:\n"
                       f"{seen['first']}",

@@ -21,6 +21,7 @@ fp64 reference of this torch cannot run).
 
 import pytest
 
+from harness import ids
 from harness.results import equal, lower
 from harness.training import optim_options as oo
 
@@ -35,7 +36,7 @@ def _unsupported(results, record_id: str, exc: oo.Refused) -> None:
                          ids=[f"{c.subject}-{c.label}-{i}" for c, i in OPT_CASES])
 def test_optimizer_option(device, results, settings, case, impl):
     seed = settings.seed
-    record_id = f"optim/{case.subject}/float32/{impl}/option={case.label}"
+    record_id = ids.record("optim", case.subject, "float32", impl, f"option={case.label}")
     try:
         ref = oo.reference(case, impl, seed=seed)  # Note [DUT scope]: out of the scope
         with device.scope():
@@ -68,7 +69,7 @@ def test_optimizer_option(device, results, settings, case, impl):
                          ids=[f"{c.subject}-{c.label}" for c in oo.SCHEDULER_CASES])
 def test_scheduler(device, results, settings, case):
     seed = settings.seed
-    record_id = f"optim/{case.subject.lower()}/float32/{case.label}/schedule"
+    record_id = ids.record("optim", case.subject.lower(), "float32", case.label, "schedule")
     try:
         ref = oo.reference(case, None, seed=seed)  # out of the scope
         with device.scope():
@@ -107,7 +108,7 @@ def test_scheduler(device, results, settings, case):
                          ids=[f"{c.subject}-{c.label}" for c in oo.CLIPPING_CASES])
 def test_clipping(device, results, settings, case):
     seed = settings.seed
-    record_id = f"optim/{case.subject}/float32/{case.label}"
+    record_id = ids.record("optim", case.subject, "float32", case.label)
     try:
         ref = oo.reference(case, None, seed=seed)  # out of the scope
         with device.scope():

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from harness import dtypes as dt
+from harness import ids
 from harness.results import equal, lower
 
 OPTIMIZERS = {
@@ -81,7 +82,7 @@ CASES = [(o, v, a) for o in OPTIMIZERS for v in VARIANTS for a in AMP_DTYPES]
 def test_fp32_state_under_amp(device, results, settings, name, variant, amp):
     steps, seed = STEPS[settings.training_scale], settings.seed
     amp_dtype = AMP_DTYPES[amp]
-    base = f"optim/{name}/float32/amp={amp}/{variant}"
+    base = ids.record("optim", name, "float32", f"amp={amp}", variant)
     model = _mlp(seed)
     ref_params = [p.detach().double().clone().requires_grad_() for p in model.parameters()]
     start = [p.detach().clone() for p in ref_params]
@@ -158,7 +159,7 @@ SD_CASES = [(o, v) for o in OPTIMIZERS for v in VARIANTS]
 
 @pytest.mark.parametrize("name,variant", SD_CASES, ids=[f"{o}-{v}" for o, v in SD_CASES])
 def test_state_dict_round_trip(device, results, settings, name, variant):
-    seed, record_id = settings.seed, f"optim/{name}/float32/{variant}/state_dict"
+    seed, record_id = settings.seed, ids.record("optim", name, "float32", variant, "state_dict")
     model = _mlp(seed)
     with device.scope():
         model.to(device.torch_device)
@@ -220,7 +221,7 @@ LOW_CASES = [(o, v, d) for o in OPTIMIZERS for v in VARIANTS for d in ("float16"
 def test_low_precision_param_state(device, results, settings, name, variant, dtype):
     """Record the state dtypes the DUT keeps for 16-bit parameters (no verdict on them:
     a change between stacks is what the baseline flags)."""
-    seed, record_id = settings.seed, f"optim/{name}/{dtype}/{variant}/state_dtypes"
+    seed, record_id = settings.seed, ids.record("optim", name, dtype, variant, "state_dtypes")
     model = _mlp(seed).to(dt.BY_NAME[dtype])
     with device.scope():
         model.to(device.torch_device)
