@@ -128,8 +128,8 @@ ATAN2 = "C99 atan2: atan2(+-0, -0) = +-pi, atan2(+-inf, +inf) = +-pi/4, NaN prop
 
 PRODUCT_GRAD = ("the gradient at a NaN is the kernel's choice, documented by nothing: torch's "
                 "formula is result / input (NaN) without zeros and the product of the others "
-                "(finite) with them, and under a dispatch mode (the DUT's aten-op recording, "
-                "torch 2.1-2.5) it takes the second path")
+                "(finite) with them, and torch 2.1-2.5 take the second path whenever any "
+                "Python dispatch mode is active")
 
 _UNARY_ZERO = ("log", "log2", "log10", "log1p", "sqrt", "rsqrt", "reciprocal", "square", "sin",
                "tan", "asin", "atan", "sinh", "asinh", "tanh", "erf", "erfinv", "expm1",
