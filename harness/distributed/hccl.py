@@ -131,12 +131,9 @@ def rank_table_problems(table: Any) -> list[Problem]:
         if not isinstance(sid, str) or not sid.strip():
             problems.append(Problem(f"{where}.server_id", f"is {sid!r}", "give the server's "
                                     "host IP as server_id"))
-        elif sid in server_ids:
-            problems.append(Problem(f"{where}.server_id", f"{sid!r} duplicates "
-                                    f"{server_ids[sid]}", "each server appears once; merge "
-                                    "the two entries or correct the IP"))
         else:
-            server_ids[sid] = f"{where}.server_id"
+            _once(server_ids, sid, f"{where}.server_id", problems,
+                  "each server appears once; merge the two entries or correct the IP")
         devices = server.get("device")
         if not isinstance(devices, list) or not devices:
             problems.append(Problem(f"{where}.device", "is missing or empty",
@@ -155,12 +152,9 @@ def rank_table_problems(table: Any) -> list[Problem]:
                 problems.append(Problem(f"{here}.device_id", f"is {entry.get('device_id')!r}, "
                                         "not an integer", "the NPU's physical id on its "
                                         'server, e.g. "device_id": "0"'))
-            elif device_id in device_ids:
-                problems.append(Problem(f"{here}.device_id", f"{device_id} duplicates "
-                                        f"{device_ids[device_id]}", "each device of a server "
-                                        "appears once; correct the id"))
             else:
-                device_ids[device_id] = f"{here}.device_id"
+                _once(device_ids, device_id, f"{here}.device_id", problems,
+                      "each device of a server appears once; correct the id")
             ip = entry.get("device_ip")
             try:
                 ipaddress.ip_address(str(ip))
@@ -169,22 +163,15 @@ def rank_table_problems(table: Any) -> list[Problem]:
                                         "the device's NIC address (hccn_tool -i <id> -ip "
                                         "-g)"))
             else:
-                if ip in device_ips:
-                    problems.append(Problem(f"{here}.device_ip", f"{ip} duplicates "
-                                            f"{device_ips[ip]}", "every device has its own "
-                                            "NIC address; correct it"))
-                else:
-                    device_ips[ip] = f"{here}.device_ip"
+                _once(device_ips, ip, f"{here}.device_ip", problems,
+                      "every device has its own NIC address; correct it")
             rank = _int(entry.get("rank_id"))
             if rank is None:
                 problems.append(Problem(f"{here}.rank_id", f"is {entry.get('rank_id')!r}, not "
                                         "an integer", 'the global rank, e.g. "rank_id": "0"'))
-            elif rank in ranks:
-                problems.append(Problem(f"{here}.rank_id", f"{rank} duplicates "
-                                        f"{ranks[rank]}", "rank ids are 0..N-1, each once; "
-                                        "renumber the devices"))
             else:
-                ranks[rank] = f"{here}.rank_id"
+                _once(ranks, rank, f"{here}.rank_id", problems,
+                      "rank ids are 0..N-1, each once; renumber the devices")
     if ranks:
         missing = sorted(set(range(len(ranks))) - set(ranks))
         beyond = sorted(r for r in ranks if r >= len(ranks))
@@ -194,6 +181,16 @@ def rank_table_problems(table: Any) -> list[Problem]:
                                     f"rank ids must be 0..{len(ranks) - 1}, each once, over "
                                     "the whole table; renumber them"))
     return problems
+
+
+
+def _once(seen: dict, key, where: str, problems: list, fix: str) -> None:
+    """Remember where ``key`` first appeared; a second appearance is a problem naming the
+    first place (``seen`` maps each key to that place)."""
+    if key in seen:
+        problems.append(Problem(where, f"{key!r} duplicates {seen[key]}", fix))
+    else:
+        seen[key] = where
 
 
 def world_size(table: dict) -> int:

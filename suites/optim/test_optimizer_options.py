@@ -28,6 +28,15 @@ from harness.training import optim_options as oo
 OPT_CASES = [(c, i) for c in oo.OPTIMIZER_CASES for i in oo.impls_for(c)]
 
 
+def _reference_and_dut(device, case, impl, seed: int):
+    """The fp64 reference (out of the scope: Note [DUT scope]) and the DUT's run of a
+    case; :class:`oo.Refused` when this torch or device lacks the option."""
+    ref = oo.reference(case, impl, seed=seed)
+    with device.scope():
+        dut = oo.run(case, impl, device=device.torch_device, seed=seed)
+    return ref, dut
+
+
 def _unsupported(results, record_id: str, exc: oo.Refused) -> None:
     results.outcome(record_id, "unsupported", str(exc), info={"reason": str(exc)})
 
@@ -38,9 +47,7 @@ def test_optimizer_option(device, results, settings, case, impl):
     seed = settings.seed
     record_id = ids.record("optim", case.subject, "float32", impl, f"option={case.label}")
     try:
-        ref = oo.reference(case, impl, seed=seed)  # Note [DUT scope]: out of the scope
-        with device.scope():
-            dut = oo.run(case, impl, device=device.torch_device, seed=seed)
+        ref, dut = _reference_and_dut(device, case, impl, seed)
     except oo.Refused as exc:
         return _unsupported(results, record_id, exc)
     err = oo.distance(dut, ref, seed)
@@ -71,9 +78,7 @@ def test_scheduler(device, results, settings, case):
     seed = settings.seed
     record_id = ids.record("optim", case.subject.lower(), "float32", case.label, "schedule")
     try:
-        ref = oo.reference(case, None, seed=seed)  # out of the scope
-        with device.scope():
-            dut = oo.run(case, None, device=device.torch_device, seed=seed)
+        ref, dut = _reference_and_dut(device, case, None, seed)
     except oo.Refused as exc:
         return _unsupported(results, record_id, exc)
     sched_err, update_err = oo.schedule_error(dut, ref), oo.update_error(dut, ref, seed)
@@ -110,9 +115,7 @@ def test_clipping(device, results, settings, case):
     seed = settings.seed
     record_id = ids.record("optim", case.subject, "float32", case.label)
     try:
-        ref = oo.reference(case, None, seed=seed)  # out of the scope
-        with device.scope():
-            dut = oo.run(case, None, device=device.torch_device, seed=seed)
+        ref, dut = _reference_and_dut(device, case, None, seed)
     except oo.Refused as exc:
         return _unsupported(results, record_id, exc)
     err = oo.distance(dut, ref, seed)
