@@ -1,6 +1,7 @@
 """The parity report: verdict, runs, sections, ranked differences with their reproduce
 commands, thresholds, pictures; terminal, Markdown, HTML, and a real browser render."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -98,3 +99,176 @@ def test_terminal_lines_cut_at_limit_and_point_to_the_report():
     assert lines[0].startswith("PARITY: DIFFERENCES (exit 2)")
     assert sum("[difference]" in line for line in lines) == 5
     assert "... 9 more in the report" in lines[-1]
+
+
+# --------------------------------------------------------------------------- markdown
+
+def test_markdown_has_verdict_runs_sections_in_order_differences_and_thresholds():
+    parity = _blockers()
+    text = report.markdown(parity)
+    assert text.startswith("# PARITY: BLOCKERS (exit 1)\n")
+    assert "| results file | ref/cpu.json | here/npu.json |" in text
+    positions = [text.index(f"\n## {report.SECTION_TITLES[s]}\n") for s in SECTIONS]
+    assert positions == sorted(positions)
+    for diff in parity.differences:
+        assert f"`{diff.id}`" in text and f"`{diff.reproduce}`" in text
+    ops = text[positions[0]:positions[1]]
+    assert ops.index("ops/mm/float16") < ops.index("ops/add/bfloat16")  # ranked as given
+    assert "memory/oom_threshold" in text[positions[2]:positions[3]]
+    assert "> NOT COMPARED: no `harness model` inventory in either run" in text
+    assert "| `ops.error_ratio` | pass=1, warning=2 | msprobe accuracy checker, 3-way " \
+           "standard |" in text
+    assert "<svg" not in text
+
+
+def test_markdown_carries_the_compared_values_as_tables():
+    text = report.markdown(_parity())
+    assert "| `mm` | float16 | 2.6x | ops/mm/float16/fwd/typical |" in text
+    assert "| `float16 mlp` | 4 / 4 | 0.9 | 1 |" in text
+    assert "| `memory/oom_threshold/mlp/float32/none` | max_batch | 512 | 256 | 0.5x |" in text
+    # fp32 beside fp16 for one benchmark, fp32 first
+    assert text.index("| `bench/mlp/float32` |") < text.index("| `bench/mlp/float16` |")
+    assert "| `aten.addmm.default` | runs | runs |" in text
+
+
+def test_clean_pair_says_no_difference_in_every_section():
+    text = report.markdown(_parity())
+    assert text.startswith("# PARITY: PARITY (exit 0)\n")
+    assert text.count("No difference beyond the thresholds.") == len(SECTIONS)
+    assert "Differences (" not in text and "NOT COMPARED" not in text
+
+
+def test_empty_sections_say_nothing_was_compared_and_why():
+    parity = _parity(compared={s: 0 for s in SECTIONS}, plots=False,
+                     not_compared={"speed": "no benchmark records in either run"})
+    text = report.markdown(parity)
+    assert "> NOT COMPARED: no benchmark records in either run" in text
+    assert text.count("> NOT COMPARED: nothing compared (the comparison gave no reason)") == 4
+    page = report.html_page(parity)
+    assert page.count('class="missing"') == 5 and "<svg" not in page
+
+
+def test_a_pipe_in_an_id_does_not_break_the_markdown_table():
+    parity = _parity("DIFFERENCES", [_diff("ops", "ops/a|b/float16/fwd/typical")])
+    line = next(x for x in report.markdown(parity).splitlines() if "ops/a" in x and "| 1 |" in x)
+    assert "ops/a\\|b" in line
+    assert len(re.findall(r"(?<!\\)\|", line)) == 9  # 8 cells: the id's pipe is escaped
+
+
+# ------------------------------------------------------------------------------- html
+
+def test_html_escapes_ids_summaries_and_commands():
+    nasty = "ops/<script>alert(1)</script>&amp/float16/fwd/<img src=x>"
+    parity = _parity("DIFFERENCES", [_diff("ops", nasty, node="suites/a.py::test[<x>&y]")])
+    parity.op_ratios.append({"op": "<script>", "dtype": "float16", "ratio": 5.0, "id": nasty})
+    page = report.html_page(parity)
+    assert "<script" not in page and "<img" not in page and "<x>" not in page
+    assert "ops/&lt;script&gt;alert(1)&lt;/script&gt;&amp;amp/float16/fwd/&lt;img src=x&gt;" \
+        in page
+    assert "test[&lt;x&gt;&amp;y]" in page
+
+
+def test_html_has_banner_runs_sections_every_reproduce_and_thresholds():
+    parity = _blockers()
+    page = report.html_page(parity)
+    assert '<section id="verdict" class="verdict BLOCKERS"><h1>PARITY: BLOCKERS (exit 1)' in page
+    for anchor in ("runs",) + SECTIONS + ("thresholds",):
+        assert f'<section id="{anchor}">' in page and f'href="#{anchor}"' in page
+    for diff in parity.differences:
+        assert f'<tr class="{diff.severity}">' in page
+        assert diff.reproduce.replace("'", "&#x27;") in page
+    assert "msprobe accuracy checker, 3-way standard" in page
+
+
+def test_long_ids_are_shown_whole_in_tables_and_shortened_in_pictures(tmp_path):
+    pytest.importorskip("matplotlib")
+    long_op = "very_long_operator_name_" * 4
+    rid = f"ops/{long_op}/float16/fwd/" + "sample" * 20
+    parity = _parity("DIFFERENCES", [_diff("ops", rid)])
+    parity.op_ratios.append({"op": long_op, "dtype": "float16", "ratio": 3.0, "id": rid})
+    [html, md] = report.write(parity, tmp_path / "p.html", tmp_path / "p.md")
+    page = html.read_text()
+    assert f"<code>{rid}</code>" in page and f"`{rid}`" in md.read_text()
+    assert long_op[:31] + "~" in page  # the heat map's row label
+
+
+def test_write_draws_a_picture_per_section_with_data_and_markdown_names_them(tmp_path):
+    pytest.importorskip("matplotlib")
+    [html, md] = report.write(_blockers(), tmp_path / "p.html", tmp_path / "p.md")
+    page, text = html.read_text(), md.read_text()
+    assert page.count("<svg") == 4  # heat map, curves, memory bars, speed bars
+    for anchor, title in (("ops", "Error-ratio heat map"), ("training", "Loss curves"),
+                          ("memory", "Memory ratios"), ("speed", "Throughput ratios")):
+        section = page[page.index(f'<section id="{anchor}">'):]
+        section = section[:section.index("</section>")]
+        assert title in section and "<svg" in section
+    assert "Pictures: 4 in the HTML report, p.html" in text
+    assert "Picture in the HTML report: Error-ratio heat map" in text
+    assert not list(tmp_path.glob(".*.tmp"))  # atomic writes leave no temp file
+
+
+def test_without_matplotlib_the_report_renders_and_says_why(tmp_path, monkeypatch):
+    from harness.report import parity_plots
+
+    monkeypatch.setattr(parity_plots, "available", lambda: False)
+    [html, md] = report.write(_blockers(), tmp_path / "p.html", tmp_path / "p.md")
+    assert "<svg" not in html.read_text()
+    assert "matplotlib is not installed" in html.read_text()
+    assert "Pictures: matplotlib is not installed" in md.read_text()
+
+
+def test_a_failing_picture_is_named_and_the_others_still_drawn(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    from harness.report import parity_plots
+
+    def broken(parity):
+        raise ValueError("bad data")
+
+    monkeypatch.setitem(parity_plots.PLOTS, "ops", (broken,))
+    [html] = report.write(_blockers(), tmp_path / "p.html")
+    page = html.read_text()
+    assert "picture broken failed: ValueError: bad data" in page and page.count("<svg") == 3
+
+
+def test_markdown_alone_points_to_the_html_option(tmp_path):
+    [md] = report.write(_parity(), md_path=tmp_path / "p.md")
+    assert "the HTML report draws them" in md.read_text() and "--html PATH" in md.read_text()
+
+
+def test_heat_map_cells_above_one_carry_their_ratio():
+    pytest.importorskip("matplotlib")
+    from harness.report import parity_plots
+
+    title, svg = parity_plots.op_heatmap(_parity())
+    assert title.startswith("Error-ratio heat map (3 ops")
+    assert ">2.6<" in svg and ">1.4<" in svg and ">0.8<" not in svg  # ratios above 1 only
+
+
+# --------------------------------------------------------------------------- browser
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="no /usr/bin/chromium (Debian's chromium "
+                    "package): the browser render test needs it")
+def test_parity_report_renders_in_headless_chromium(tmp_path):
+    import shutil
+    import subprocess
+    import tempfile
+
+    pytest.importorskip("matplotlib")
+    [path] = report.write(_blockers(), tmp_path / "p.html")
+    profile = tempfile.mkdtemp(prefix="chromium-")
+    try:
+        done = subprocess.run(
+            [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+             "--no-first-run", "--disable-background-networking", "--disable-component-update",
+             "--disable-sync", f"--user-data-dir={profile}", "--window-size=1280,2000",
+             "--virtual-time-budget=5000", "--dump-dom", path.as_uri()],
+            capture_output=True, text=True, timeout=180)
+    finally:
+        shutil.rmtree(profile, ignore_errors=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    dom = done.stdout
+    assert "PARITY: BLOCKERS (exit 1)" in dom
+    for section in ("runs",) + SECTIONS + ("thresholds",):
+        assert f'id="{section}"' in dom
+    assert dom.count("<svg") == 4  # parsed as elements: the inline SVG is well formed
+    assert "This page" not in dom and "ERR_" not in dom

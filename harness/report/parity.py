@@ -59,8 +59,9 @@ def side_line(label: str, side: RunSide) -> str:
     return f"{label}: {side.name} ({side.path}{started})"
 
 
-def section_line(parity: Parity, section: str) -> str:
-    """``ops: 120 compared, 1 blocker, 2 differences; not compared: ...``."""
+def section_line(parity: Parity, section: str, why: bool = True) -> str:
+    """``ops: 120 compared, 1 blocker, 2 differences; NOT COMPARED: ...`` (``why``: with
+    the reason something was not compared)."""
     diffs = parity.by_section(section)
     blockers = sum(1 for d in diffs if d.severity == "blocker")
     parts = [f"{parity.compared.get(section, 0)} compared"]
@@ -69,7 +70,7 @@ def section_line(parity: Parity, section: str) -> str:
     if len(diffs) - blockers:
         parts.append(f"{len(diffs) - blockers} difference(s)")
     text = f"{section}: " + ", ".join(parts)
-    if section in parity.not_compared:
+    if why and section in parity.not_compared:
         text += f"; NOT COMPARED: {parity.not_compared[section]}"
     return text
 
@@ -108,3 +109,288 @@ def terminal_lines(parity: Parity, limit: int = 10) -> list[str]:
         lines.append(f"  ... {len(parity.differences) - limit} more in the report "
                      "(--html PATH or --md PATH)")
     return lines
+
+
+# ---------------------------------------------------------------------------- tables
+# Both renderers draw the same tables from these rows (header, rows of cell text).
+
+FINGERPRINT_KEYS = ("device_name", "device_count", "torch", "torch_npu", "cann", "driver",
+                    "cuda_runtime", "cudnn", "cpu", "python", "host")
+TOP_OPS = 20
+MODEL_ROWS = 60
+
+
+def _runs_table(parity: Parity) -> tuple[list[str], list[list[str]]]:
+    ref, here = parity.reference, parity.here
+    rows = [["device", f"{ref.device_type}/{ref.device_slug}",
+             f"{here.device_type}/{here.device_slug}"],
+            ["stack", ref.stack_id, here.stack_id],
+            ["results file", ref.path, here.path],
+            ["started", ref.started or "-", here.started or "-"]]
+    for key in FINGERPRINT_KEYS:
+        a, b = ref.fingerprint.get(key), here.fingerprint.get(key)
+        if a is not None or b is not None:
+            rows.append([key, fmt_value(a), fmt_value(b)])
+    return ["", "reference", "here"], rows
+
+
+def _section_tables(parity: Parity, section: str) -> list[tuple[str, list[str], list[list[str]]]]:
+    """The compared values of a section as ``(caption, header, rows)`` tables."""
+    if section == "ops":
+        rows = sorted((r for r in parity.op_ratios
+                       if isinstance(r.get("ratio"), (int, float)) and r["ratio"] > 1),
+                      key=lambda r: -r["ratio"])
+        caption = (f"Error ratios above 1 ({min(len(rows), TOP_OPS)} of {len(rows)} records "
+                   f"above 1, of {len(parity.op_ratios)} compared; worst first)")
+        return [(caption, ["op", "dtype", "error ratio", "record"],
+                 [[str(r.get("op")), str(r.get("dtype")), fmt_ratio(r["ratio"]), str(r.get("id"))]
+                  for r in rows[:TOP_OPS]])] if parity.op_ratios else []
+    if section == "training":
+        rows = []
+        for c in parity.curves:
+            ref, here = c.get("reference") or [], c.get("here") or []
+            rows.append([str(c.get("label") or c.get("id")), f"{len(ref)} / {len(here)}",
+                         fmt_value(ref[-1] if ref else None), fmt_value(here[-1] if here else None)])
+        return [("Loss curves", ["curve", "steps (reference / here)", "final loss reference",
+                                 "final loss here"], rows)] if rows else []
+    if section == "memory":
+        rows = [[str(r.get("id")), str(r.get("metric")), fmt_value(r.get("reference")),
+                 fmt_value(r.get("here")), fmt_ratio(r.get("ratio"))] for r in parity.memory]
+        return [("Memory, same cap", ["case", "metric", "reference", "here", "ratio"],
+                 rows)] if rows else []
+    if section == "speed":
+        rows = [[str(r.get("id")), str(r.get("precision")), fmt_value(r.get("reference")),
+                 fmt_value(r.get("here")), fmt_ratio(r.get("ratio"))]
+                for r in sorted(parity.speed, key=_speed_order)]
+        return [("Throughput, same batch size and precision",
+                 ["benchmark", "precision", "reference", "here", "ratio"], rows)] if rows else []
+    if section == "model":
+        differ = [r for r in parity.models if r.get("reference") != r.get("here")]
+        same = [r for r in parity.models if r.get("reference") == r.get("here")]
+        shown = (differ + same)[:max(MODEL_ROWS, len(differ))]
+        caption = (f"Model inventories side by side ({len(differ)} op(s) differ, "
+                   f"{len(same)} the same"
+                   + (f"; {len(parity.models) - len(shown)} of those not listed"
+                      if len(shown) < len(parity.models) else "") + ")")
+        return [(caption, ["op", "reference", "here"],
+                 [[str(r.get("op")), fmt_value(r.get("reference")), fmt_value(r.get("here"))]
+                  for r in shown])] if parity.models else []
+    return []
+
+
+def _speed_order(row: dict[str, Any]) -> tuple:
+    """Per benchmark, fp32 first: the precisions of one benchmark side by side."""
+    from harness.report.parity_plots import benchmark_of
+
+    return benchmark_of(row), str(row.get("precision")) not in ("float32", "fp32"), \
+        str(row.get("precision"))
+
+
+def threshold_rows(thresholds: dict[str, Any], prefix: str = "") -> list[list[str]]:
+    """``[name, value, source]`` per threshold; a dict holding ``source`` is one threshold
+    (its other items are the value), any other dict groups thresholds by name."""
+    rows = []
+    for key, value in thresholds.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and "source" not in value and value:
+            rows += threshold_rows(value, f"{name}.")
+        elif isinstance(value, dict):
+            rest = {k: v for k, v in value.items() if k != "source"}
+            rows.append([name, fmt_value(rest), str(value.get("source") or "-")])
+        else:
+            rows.append([name, fmt_value(value), "-"])
+    return rows
+
+
+def _not_compared(parity: Parity, section: str) -> Optional[str]:
+    if section in parity.not_compared:
+        return parity.not_compared[section]
+    if not parity.compared.get(section):
+        return "nothing compared (the comparison gave no reason)"
+    return None
+
+
+# ---------------------------------------------------------------------------- markdown
+
+def _md_table(header: list[str], rows: list[list[str]], code: int = -1) -> list[str]:
+    from harness.report.render import md_cell
+
+    out = ["| " + " | ".join(md_cell(h) for h in header) + " |",
+           "|" + "---|" * len(header)]
+    for row in rows:
+        out.append("| " + " | ".join(f"`{md_cell(c)}`" if i == code else md_cell(c)
+                                     for i, c in enumerate(row)) + " |")
+    return out
+
+
+def markdown(parity: Parity, pictures: Optional[dict[str, list[str]]] = None,
+             picture_note: str = "") -> str:
+    """The report as Markdown: the HTML's sections and tables; pictures named, not drawn.
+
+    ``pictures`` maps a section to the titles of its pictures in the HTML report;
+    ``picture_note`` says where that report is, or why it has no pictures.
+    """
+    from harness.report.render import md_cell
+
+    out = [f"# {verdict_line(parity)}", ""]
+    out += [f"- {r}" for r in reasons(parity)]
+    header, rows = _runs_table(parity)
+    out += ["", "## Runs", ""] + _md_table(header, rows)
+    if picture_note:
+        out += ["", f"Pictures: {picture_note}"]
+    for section in SECTIONS:
+        diffs = parity.by_section(section)
+        out += ["", f"## {SECTION_TITLES[section]}", "",
+                f"**{section_line(parity, section, why=False)}**", ""]
+        why = _not_compared(parity, section)
+        if why:
+            out += [f"> NOT COMPARED: {why}", ""]
+        if diffs:
+            out += [f"### Differences ({len(diffs)}), worst first", "",
+                    "| # | severity | record | what differs | reference | here | ratio | "
+                    "reproduce |", "|---:|---|---|---|---|---|---:|---|"]
+            for index, d in enumerate(diffs, 1):
+                out.append(f"| {index} | {d.severity} | `{md_cell(d.id)}` | {md_cell(d.summary)}"
+                           f" | {md_cell(fmt_value(d.reference))} | {md_cell(fmt_value(d.here))}"
+                           f" | {fmt_ratio(d.ratio)} | `{md_cell(d.reproduce)}` |")
+        else:
+            out.append("No difference beyond the thresholds." if parity.compared.get(section)
+                       else "No difference (nothing compared).")
+        for caption, head, rows in _section_tables(parity, section):
+            out += ["", f"### {caption}", ""]
+            out += _md_table(head, rows, code=0) if rows else ["none"]
+        for title in (pictures or {}).get(section, []):
+            out += ["", f"Picture in the HTML report: {title}"]
+    out += ["", "## Thresholds", ""]
+    rows = threshold_rows(parity.thresholds)
+    out += _md_table(["threshold", "value", "source"], rows, code=0) if rows else ["none given"]
+    return "\n".join(out) + "\n"
+
+
+# -------------------------------------------------------------------------------- html
+
+PARITY_CSS = """
+.PARITY{background:#1e8449}.DIFFERENCES{background:#b9770e}.BLOCKERS{background:#b03a2e}
+.verdict ul{margin:6px 0 0 18px;padding:0}
+tr.blocker td:first-child{border-left:4px solid #b03a2e}
+tr.difference td:first-child{border-left:4px solid #e67e22}
+td.repro{background:#fafbfc;color:#444}
+.missing{background:#fff4e0;border-left:4px solid #b9770e;padding:6px 10px;margin:6px 0;
+ font-weight:600}
+.count{font-weight:600;margin:4px 0}
+"""
+
+
+def _html_table(header: list[str], rows: list[list[str]], code: int = -1,
+                numeric: tuple[int, ...] = ()) -> str:
+    from harness.report.render import escape
+
+    head = "".join(f"<th>{escape(h)}</th>" for h in header)
+    body = []
+    for row in rows:
+        cells = []
+        for i, cell in enumerate(row):
+            text = f"<code>{escape(cell)}</code>" if i == code else escape(cell)
+            cells.append(f'<td class="n">{text}</td>' if i in numeric else f"<td>{text}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+
+
+def html_page(parity: Parity, pictures: Optional[dict[str, list[tuple[str, str]]]] = None,
+              notes: Optional[list[str]] = None) -> str:
+    """The report as one self-contained HTML page (inline CSS and SVG, no scripts).
+
+    ``pictures`` maps a section to its ``(title, svg)`` pictures
+    (:func:`harness.report.parity_plots.render_all`); ``notes`` say why some are missing.
+    """
+    from harness.report.render import CSS, escape
+
+    pictures = pictures or {}
+    title = f"{verdict_line(parity)}: {parity.reference.name} -> {parity.here.name}"
+    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+           '<meta name="viewport" content="width=device-width, initial-scale=1">',
+           f"<title>{escape(title)}</title><style>{CSS}{PARITY_CSS}</style></head><body><main>"]
+    out.append(f'<section id="verdict" class="verdict {escape(parity.verdict)}">'
+               f"<h1>{escape(verdict_line(parity))}</h1>"
+               f"<p><b>{escape(parity.here.name)}</b> compared with the reference "
+               f"<b>{escape(parity.reference.name)}</b></p><ul>"
+               + "".join(f"<li>{escape(r)}</li>" for r in reasons(parity)) + "</ul></section>")
+    links = [("runs", "Runs")] + [(s, SECTION_TITLES[s]) for s in SECTIONS] + \
+        [("thresholds", "Thresholds")]
+    out.append("<nav>" + "".join(f'<a href="#{k}">{escape(t)}</a>' for k, t in links) + "</nav>")
+    header, rows = _runs_table(parity)
+    out.append(f'<section id="runs"><h2>Runs</h2>{_html_table(header, rows)}</section>')
+    out += [f'<p class="note">{escape(n)}</p>' for n in notes or []]
+    for section in SECTIONS:
+        out += _html_section(parity, section, pictures.get(section, []))
+    rows = threshold_rows(parity.thresholds)
+    out.append('<section id="thresholds"><h2>Thresholds</h2>'
+               + (_html_table(["threshold", "value", "source"], rows, code=0) if rows
+                  else "<p>none given</p>") + "</section>")
+    out.append("</main></body></html>")
+    return "\n".join(out) + "\n"
+
+
+def _html_section(parity: Parity, section: str, pictures: list[tuple[str, str]]) -> list[str]:
+    from harness.report.render import escape
+
+    diffs = parity.by_section(section)
+    out = [f'<section id="{section}"><h2>{escape(SECTION_TITLES[section])}</h2>',
+           f'<p class="count">{escape(section_line(parity, section, why=False))}</p>']
+    why = _not_compared(parity, section)
+    if why:
+        out.append(f'<p class="missing">NOT COMPARED: {escape(why)}</p>')
+    if diffs:
+        out.append(f"<h3>Differences ({len(diffs)}), worst first</h3>"
+                   "<table><tr><th>#</th><th>severity</th><th>record</th><th>what differs</th>"
+                   "<th>reference</th><th>here</th><th>ratio</th></tr>")
+        for index, d in enumerate(diffs, 1):
+            out.append(f'<tr class="{escape(d.severity)}"><td class="n">{index}</td>'
+                       f"<td>{escape(d.severity)}</td><td><code>{escape(d.id)}</code></td>"
+                       f"<td>{escape(d.summary)}</td><td>{escape(fmt_value(d.reference))}</td>"
+                       f"<td>{escape(fmt_value(d.here))}</td>"
+                       f'<td class="n">{escape(fmt_ratio(d.ratio))}</td></tr>')
+            out.append(f'<tr class="{escape(d.severity)}"><td></td><td class="repro" colspan="6">'
+                       f"reproduce: <code>{escape(d.reproduce)}</code></td></tr>")
+        out.append("</table>")
+    else:
+        out.append("<p>No difference beyond the thresholds.</p>" if parity.compared.get(section)
+                   else "<p>No difference (nothing compared).</p>")
+    for title, svg in pictures:
+        out.append(f'<div class="plot"><h3>{escape(title)}</h3>{svg}</div>')
+    for caption, head, rows in _section_tables(parity, section):
+        numeric = tuple(i for i, h in enumerate(head) if h in ("ratio", "error ratio",
+                                                                 "reference", "here"))
+        if section == "model":
+            numeric = ()
+        out.append(f"<h3>{escape(caption)}</h3>"
+                   + (_html_table(head, rows, code=0, numeric=numeric) if rows else "<p>none</p>"))
+    out.append("</section>")
+    return out
+
+
+# ------------------------------------------------------------------------------- write
+
+def write(parity: Parity, html_path: Optional[Union[str, Path]] = None,
+          md_path: Optional[Union[str, Path]] = None) -> list[Path]:
+    """Render ``parity`` to HTML and/or Markdown (atomic writes); returns the paths written."""
+    from harness.report import parity_plots
+    from harness.results import atomic_write_text
+
+    written: list[Path] = []
+    pictures, notes = parity_plots.render_all(parity) if html_path is not None else ({}, [])
+    if html_path is not None:
+        atomic_write_text(html_path, html_page(parity, pictures, notes))
+        written.append(Path(html_path))
+    if md_path is not None:
+        if html_path is None:
+            note = ("the HTML report draws them (python -m harness parity ... --html PATH)")
+        else:
+            count = sum(len(v) for v in pictures.values())
+            note = "; ".join(notes) if notes and not count else (
+                f"{count} in the HTML report, {Path(html_path).name}"
+                + (f" ({'; '.join(notes)})" if notes else ""))
+        titles = {s: [t for t, _ in v] for s, v in pictures.items()}
+        atomic_write_text(md_path, markdown(parity, titles, note))
+        written.append(Path(md_path))
+    return written

@@ -31,7 +31,8 @@ def available() -> bool:
     return True
 
 
-def _pyplot():
+def pyplot():
+    """matplotlib's pyplot on the Agg backend with the reports' fonts (every report's plots)."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)
@@ -42,7 +43,8 @@ def _pyplot():
     return plt
 
 
-def _svg(fig) -> str:
+def to_svg(fig) -> str:
+    """``fig`` as inline SVG text (no prolog, no metadata, reproducible ids); closes it."""
     buffer = io.StringIO()
     fig.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None})
     import matplotlib.pyplot as plt
@@ -70,7 +72,7 @@ def suite_outcomes(report: Report) -> Plot:
     """Pass / fail / other records and regression / review findings per suite."""
     if not report.counts:
         return None
-    plt = _pyplot()
+    plt = pyplot()
     suites = list(report.counts)
     series = [("pass", "#4c9a2a"), ("fail", "#c0392b"), ("error", "#7b241c"),
               ("unsupported", "#b9770e"), ("fallback", "#d4ac0d"), ("skip", "#aab7b8")]
@@ -95,7 +97,7 @@ def suite_outcomes(report: Report) -> Plot:
     right.set_title("findings vs baseline" if report.baseline is not None else
                     "findings (not compared)")
     right.legend(fontsize=7, loc="lower right")
-    return "Outcomes per suite", _svg(fig)
+    return "Outcomes per suite", to_svg(fig)
 
 
 def op_heatmap(report: Report, limit: int = 30) -> Plot:
@@ -123,7 +125,7 @@ def op_heatmap(report: Report, limit: int = 30) -> Plot:
                     deltas[key] = max(deltas.get(key, 0.0), b / a)
     if not cells:
         return None
-    plt = _pyplot()
+    plt = pyplot()
     import numpy as np
 
     worst = {k: max(v) for k, v in cells.items()}
@@ -177,7 +179,7 @@ def op_heatmap(report: Report, limit: int = 30) -> Plot:
         fig.colorbar(image, ax=ax, shrink=0.8)
     shown = (f"{len(ops)} of {len(everything)} ops: those that moved >= 1.25x against the "
              "baseline, then those with DUT error > 1.5x the CPU reference's")
-    return f"Op error heat-map ({shown})", _svg(fig)
+    return f"Op error heat-map ({shown})", to_svg(fig)
 
 
 def amp_curves(report: Report) -> Plot:
@@ -192,7 +194,7 @@ def amp_curves(report: Report) -> Plot:
                            _info_value(rec.info, "skipped") or []))
     if not curves:
         return None
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(curves), figsize=(4.2 * len(curves), 2.8), squeeze=False)
     for ax, (name, dut, ref, skipped) in zip(axes[0], curves):
         ax.plot(range(len(ref)), ref, color="#bbbbbb", lw=3.0, label="reference (fp32 CPU)")
@@ -203,7 +205,7 @@ def amp_curves(report: Report) -> Plot:
         ax.set_xlabel("step")
         ax.set_ylabel("loss")
         ax.legend(fontsize=7)
-    return "AMP loss curves: DUT vs reference", _svg(fig)
+    return "AMP loss curves: DUT vs reference", to_svg(fig)
 
 
 def memory_curves(report: Report) -> Plot:
@@ -222,7 +224,7 @@ def memory_curves(report: Report) -> Plot:
              number(_info_value(rec.info, "cap_bytes"))))
     if not models:
         return None
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(models), figsize=(4.4 * len(models), 3.0), squeeze=False)
     for ax, (model, rows) in zip(axes[0], sorted(models.items())):
         cap = None
@@ -240,7 +242,7 @@ def memory_curves(report: Report) -> Plot:
         ax.set_xlabel("batch")
         ax.set_ylabel("peak MiB")
         ax.legend(fontsize=7)
-    return "Peak memory vs batch (checkpointing on/off), max batch under the cap", _svg(fig)
+    return "Peak memory vs batch (checkpointing on/off), max batch under the cap", to_svg(fig)
 
 
 def bench_deltas(report: Report) -> Plot:
@@ -259,7 +261,7 @@ def bench_deltas(report: Report) -> Plot:
         rows.append((rec.id, delta, low, high, str(verdict.get("verdict", ""))))
     if not rows:
         return None
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 0.35 * len(rows) + 1.0))
     for i, (_, delta, low, high, word) in enumerate(rows):
         colour = "#c0392b" if "slow" in word or "regress" in word else "#4c9a2a" \
@@ -271,7 +273,7 @@ def bench_deltas(report: Report) -> Plot:
     ax.set_yticks(range(len(rows)), [r[0] for r in rows], fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("change vs baseline (%), with confidence interval")
-    return "Benchmark deltas", _svg(fig)
+    return "Benchmark deltas", to_svg(fig)
 
 
 PLOTS: tuple[Callable[[Report], Plot], ...] = (suite_outcomes, op_heatmap, amp_curves,

@@ -114,7 +114,8 @@ def terminal_lines(report: Report, limit: int = 10) -> list[str]:
 
 # ---------------------------------------------------------------------------- markdown
 
-def _md_cell(text: object) -> str:
+def md_cell(text: object) -> str:
+    """``text`` as one Markdown table cell (pipes escaped, one line)."""
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
@@ -124,7 +125,7 @@ def markdown(report: Report, plots_note: str = "") -> str:
     out = [f"# {v.line}", "", f"**{_compared_line(report)}**", ""]
     out += [f"**{note}**  " for note in _notes(report)]
     if v.lost:
-        out += ["", f"## Lost ({len(v.lost)})", ""] + [f"- {_md_cell(x)}" for x in v.lost]
+        out += ["", f"## Lost ({len(v.lost)})", ""] + [f"- {md_cell(x)}" for x in v.lost]
     out += ["", _summary(report), ""]
     out += ["## Counts per suite", "", "| suite | " + " | ".join(COUNT_COLUMNS) + " |",
             "|---|" + "---:|" * len(COUNT_COLUMNS)]
@@ -145,9 +146,9 @@ def markdown(report: Report, plots_note: str = "") -> str:
                 "status | reproduce |", "|---:|---|---|---|---|---|---|---|"]
         for index, s in enumerate(report.subjects, 1):
             standard = s.standard
-            out.append(f"| {index} | `{s.id}` | {_what(s)} | {_md_cell(_worst(s))} | "
-                       f"{_md_cell(_rule(s))} | {_md_cell(standard)} | {_state(s)} | "
-                       f"`{_md_cell(s.reproduce)}` |")
+            out.append(f"| {index} | `{s.id}` | {_what(s)} | {md_cell(_worst(s))} | "
+                       f"{md_cell(_rule(s))} | {md_cell(standard)} | {_state(s)} | "
+                       f"`{md_cell(s.reproduce)}` |")
     else:
         out.append("none")
     out += ["", "## Top movers within their rules", ""]
@@ -158,14 +159,14 @@ def markdown(report: Report, plots_note: str = "") -> str:
                 "| subject | metric (old -> new) | ratio | rule |", "|---|---|---:|---|"]
         for s in subjects[:MOVERS_PER_SUITE]:
             c = s.worst
-            out.append(f"| `{s.id}` | {_md_cell(c.describe())} | {fmt_ratio(c.ratio)} | "
-                       f"{_md_cell(c.rule.describe() if c.rule else '')} |")
+            out.append(f"| `{s.id}` | {md_cell(c.describe())} | {fmt_ratio(c.ratio)} | "
+                       f"{md_cell(c.rule.describe() if c.rule else '')} |")
         out.append("")
     out += ["", "## Stack", "", "| | baseline | this run |", "|---|---|---|"]
     for row in report.stack:
         mark = " **(changed)**" if row.differs and report.baseline is not None else ""
-        out.append(f"| {row.key}{mark} | {_md_cell(fmt(row.old)) if report.baseline else ''} | "
-                   f"{_md_cell(fmt(row.new))} |")
+        out.append(f"| {row.key}{mark} | {md_cell(fmt(row.old)) if report.baseline else ''} | "
+                   f"{md_cell(fmt(row.new))} |")
     out += ["", "## Pictures", "", plots_note or "See the HTML report (inline SVG plots).", ""]
     out += _presence_md(report)
     return "\n".join(out) + "\n"
@@ -214,7 +215,8 @@ SECTIONS = (("cause", "Common cause"), ("groups", "Groups"), ("counts", "Counts"
             ("presence", "New / lost / not run"))
 
 
-def _e(text: object) -> str:
+def escape(text: object) -> str:
+    """``text`` safe in HTML text and attribute values."""
     return html.escape(str(text), quote=True)
 
 
@@ -225,26 +227,26 @@ def html_page(report: Report, plots: list[tuple[str, str]], notes: list[str],
     title = title or f"{v.level}: {_compared_line(report)}"
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
            '<meta name="viewport" content="width=device-width, initial-scale=1">',
-           f"<title>{_e(title)}</title><style>{CSS}</style></head><body><main>"]
+           f"<title>{escape(title)}</title><style>{CSS}</style></head><body><main>"]
     # the verdict line already names up to three reasons; list them only when there are more
-    reasons = "".join(f"<p>{_e(r)}</p>" for r in v.reasons) if len(v.reasons) > 3 else ""
-    out.append(f'<section id="verdict" class="verdict {_e(v.level)}"><h1>{_e(v.line)}</h1>'
-               f"<p><b>{_e(_compared_line(report))}</b></p>"
-               + "".join(f"<p><b>{_e(n)}</b></p>" for n in _notes(report))
-               + f"<p>{_e(_summary(report))}</p>{reasons}"
+    reasons = "".join(f"<p>{escape(r)}</p>" for r in v.reasons) if len(v.reasons) > 3 else ""
+    out.append(f'<section id="verdict" class="verdict {escape(v.level)}"><h1>{escape(v.line)}</h1>'
+               f"<p><b>{escape(_compared_line(report))}</b></p>"
+               + "".join(f"<p><b>{escape(n)}</b></p>" for n in _notes(report))
+               + f"<p>{escape(_summary(report))}</p>{reasons}"
                + (f"<h2>Lost ({len(v.lost)})</h2><ul>"
-                  + "".join(f"<li>{_e(x)}</li>" for x in v.lost) + "</ul>" if v.lost else "")
+                  + "".join(f"<li>{escape(x)}</li>" for x in v.lost) + "</ul>" if v.lost else "")
                + "</section>")
-    out.append("<nav>" + "".join(f'<a href="#{k}">{_e(t)}</a>' for k, t in SECTIONS) + "</nav>")
+    out.append("<nav>" + "".join(f'<a href="#{k}">{escape(t)}</a>' for k, t in SECTIONS) + "</nav>")
     out += _html_cause(report)
     out += _html_groups(report)
     out += _html_counts(report)
     out += _html_movers(report)
     out += _html_stack(report)
     out.append('<section id="plots"><h2>Pictures</h2>')
-    out += [f'<p class="note">{_e(n)}</p>' for n in notes]
+    out += [f'<p class="note">{escape(n)}</p>' for n in notes]
     for plot_title, svg in plots:
-        out.append(f'<div class="plot"><h3>{_e(plot_title)}</h3>{svg}</div>')
+        out.append(f'<div class="plot"><h3>{escape(plot_title)}</h3>{svg}</div>')
     if not plots and not notes:
         out.append('<p class="note">no records with data to plot</p>')
     out.append("</section>")
@@ -254,11 +256,11 @@ def html_page(report: Report, plots: list[tuple[str, str]], notes: list[str],
 
 
 def _html_counts(report: Report) -> list[str]:
-    head = "".join(f"<th>{_e(c)}</th>" for c in COUNT_COLUMNS)
+    head = "".join(f"<th>{escape(c)}</th>" for c in COUNT_COLUMNS)
     rows = []
     for suite, row in report.counts.items():
         cells = "".join(f'<td class="n">{row.get(c, 0) or ""}</td>' for c in COUNT_COLUMNS)
-        rows.append(f"<tr><td>{_e(suite)}</td>{cells}</tr>")
+        rows.append(f"<tr><td>{escape(suite)}</td>{cells}</tr>")
     return ['<section id="counts"><h2>Counts per suite</h2>',
             f"<table><tr><th>suite</th>{head}</tr>{''.join(rows)}</table></section>"]
 
@@ -266,17 +268,17 @@ def _html_counts(report: Report) -> list[str]:
 def _html_cause(report: Report) -> list[str]:
     out = ['<section id="cause" class="cause"><b>Probable common cause</b>']
     if report.causes:
-        out.append("<ul>" + "".join(f"<li><code>{_e(c.line)}</code></li>"
+        out.append("<ul>" + "".join(f"<li><code>{escape(c.line)}</code></li>"
                                     for c in report.causes) + "</ul>")
         out.append('<p class="note">Candidates: aten ops the affected records\' DUT '
                    "computations dispatched (a backward record's candidates are the "
                    "derivatives of its forward ops), ranked by share among the affected minus "
                    "share among the unchanged.</p>")
     else:
-        out.append(f'<p class="note">{_e(report.cause_note or "nothing to explain")}</p>')
+        out.append(f'<p class="note">{escape(report.cause_note or "nothing to explain")}</p>')
     if report.dispatch_changes:
         out.append("<b>Dispatched differently since the baseline</b> (affected records):<ul>"
-                   + "".join(f"<li><code>{_e(c)}</code></li>" for c in report.dispatch_changes)
+                   + "".join(f"<li><code>{escape(c)}</code></li>" for c in report.dispatch_changes)
                    + "</ul>")
     out.append("</section>")
     return out
@@ -285,7 +287,7 @@ def _html_cause(report: Report) -> list[str]:
 def _html_groups(report: Report) -> list[str]:
     subjects = report.subjects
     out = [f'<section id="groups"><h2>Groups to look at, ranked ({len(subjects)})</h2>',
-           '<p class="note">Ranks: ' + " &gt; ".join(_e(r) for r in RANKS[:3])
+           '<p class="note">Ranks: ' + " &gt; ".join(escape(r) for r in RANKS[:3])
            + ". One row per subject; its worst metric is shown, the others fold in.</p>"]
     if not subjects:
         out.append("<p>none</p></section>")
@@ -295,15 +297,15 @@ def _html_groups(report: Report) -> list[str]:
                "</tr>")
     for index, s in enumerate(subjects, 1):
         standard = s.standard
-        where = f"<br><code>{_e(s.worst.record_id)}</code>" if s.worst else ""
-        state = f'<span class="{"" if s.passes else "fails"}">{_e(_state(s))}</span>'
-        message = f"<br><small>{_e(s.message)}</small>" if s.message else ""
-        out.append(f'<tr class="r{s.rank}"><td class="n">{index}</td><td><code>{_e(s.id)}'
-                   f"</code></td><td>{_e(_what(s))}</td><td>{_e(_worst(s))}{where}</td>"
-                   f"<td>{_e(_rule(s))}</td><td>{_e(standard)}</td><td>{state}{message}</td></tr>")
+        where = f"<br><code>{escape(s.worst.record_id)}</code>" if s.worst else ""
+        state = f'<span class="{"" if s.passes else "fails"}">{escape(_state(s))}</span>'
+        message = f"<br><small>{escape(s.message)}</small>" if s.message else ""
+        out.append(f'<tr class="r{s.rank}"><td class="n">{index}</td><td><code>{escape(s.id)}'
+                   f"</code></td><td>{escape(_what(s))}</td><td>{escape(_worst(s))}{where}</td>"
+                   f"<td>{escape(_rule(s))}</td><td>{escape(standard)}</td><td>{state}{message}</td></tr>")
         if s.reproduce:
             out.append(f'<tr class="r{s.rank}"><td></td><td colspan="6">reproduce: '
-                       f"<code>{_e(s.reproduce)}</code></td></tr>")
+                       f"<code>{escape(s.reproduce)}</code></td></tr>")
     out.append("</table></section>")
     return out
 
@@ -313,15 +315,15 @@ def _html_movers(report: Report) -> list[str]:
     if not report.movers:
         out.append(f"<p>{'none' if report.baseline is not None else 'not compared'}</p>")
     for suite, subjects in report.movers.items():
-        out.append(f"<h3>{_e(suite)}: {len(subjects)} subject(s) moved</h3><table><tr>"
+        out.append(f"<h3>{escape(suite)}: {len(subjects)} subject(s) moved</h3><table><tr>"
                    "<th>subject</th><th>metric</th><th>old &rarr; new</th><th>ratio</th>"
                    "<th>rule</th></tr>")
         for s in subjects[:MOVERS_PER_SUITE]:
             c = s.worst
-            out.append(f"<tr><td><code>{_e(s.id)}</code></td><td>{_e(c.metric_label)}</td>"
-                       f"<td>{_e(fmt(c.old))} &rarr; {_e(fmt(c.new))}</td>"
-                       f'<td class="n">{_e(fmt_ratio(c.ratio))}</td>'
-                       f"<td>{_e(c.rule.describe() if c.rule else '')}</td></tr>")
+            out.append(f"<tr><td><code>{escape(s.id)}</code></td><td>{escape(c.metric_label)}</td>"
+                       f"<td>{escape(fmt(c.old))} &rarr; {escape(fmt(c.new))}</td>"
+                       f'<td class="n">{escape(fmt_ratio(c.ratio))}</td>'
+                       f"<td>{escape(c.rule.describe() if c.rule else '')}</td></tr>")
         out.append("</table>")
     out.append("</section>")
     return out
@@ -333,9 +335,9 @@ def _html_stack(report: Report) -> list[str]:
            "<th>this run</th></tr>"]
     for row in report.stack:
         changed = compared and row.differs
-        out.append(f'<tr class="{"changed" if changed else ""}"><td>{_e(row.key)}'
+        out.append(f'<tr class="{"changed" if changed else ""}"><td>{escape(row.key)}'
                    f"{' (changed)' if changed else ''}</td>"
-                   f"<td>{_e(fmt(row.old)) if compared else '-'}</td><td>{_e(fmt(row.new))}</td>"
+                   f"<td>{escape(fmt(row.old)) if compared else '-'}</td><td>{escape(fmt(row.new))}</td>"
                    "</tr>")
     out.append("</table></section>")
     return out
@@ -345,8 +347,8 @@ def _html_presence(report: Report) -> list[str]:
     out = ['<section id="presence"><h2>New, lost and not-run records</h2>']
     for name, ids in (("new", report.new), ("lost (their checks ran)", report.lost),
                       ("not run (not selected)", report.not_run)):
-        listed = "".join(f"<li><code>{_e(r)}</code></li>" for r in ids[:50])
+        listed = "".join(f"<li><code>{escape(r)}</code></li>" for r in ids[:50])
         more = f"<li>... {len(ids) - 50} more</li>" if len(ids) > 50 else ""
-        out.append(f"<h3>{len(ids)} {_e(name)}</h3><ul>{listed}{more}</ul>")
+        out.append(f"<h3>{len(ids)} {escape(name)}</h3><ul>{listed}{more}</ul>")
     out.append("</section>")
     return out

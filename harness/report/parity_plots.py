@@ -1,0 +1,264 @@
+"""The parity report's pictures: matplotlib figures as inline SVG, one per section.
+
+Each function takes the :class:`~harness.parity.model.Parity` and returns
+``(title, svg_text)``, or None when the comparison holds no values for it (a pair of runs
+without memory records has no memory bars), so a report of any selection renders. The
+figure machinery (backend, fonts, SVG text) is the go/no-go report's
+(:func:`harness.report.plots.pyplot`, :func:`harness.report.plots.to_svg`).
+
+Note [Parity pictures]
+~~~~~~~~~~~~~~~~~~~~~~
+Every picture is a ratio *this device / reference device*, so 1 is "behaves the same"
+everywhere and one eye reads them all:
+
+* the heat map colours op x dtype by the error ratio on a log scale, in the three bands of
+  the 3-way standard (<= 1 pass: greens, 1-2 warning: ambers, > 2 error: reds), the band
+  edges drawn on the colour bar, and writes the ratio in every cell above 1; it shows
+  the worst ops first (a full run compares hundreds) and says how many it left out;
+* the loss curves of both devices share one panel per curve (the reference thick and
+  grey, this device thin on top), so a divergence or an oscillation shows where it starts;
+* memory and speed are bars of the ratio around a line at 1: a max batch or a throughput
+  below 1 is worse here, a peak per step above 1 is worse here; throughput bars of one
+  benchmark stand side by side per precision (fp32 beside fp16/bf16), because "slower in
+  fp32 than fp16" is one of the things a migration fears.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Optional
+
+from harness.parity.model import Parity
+from harness.report.plots import MISSING, available, pyplot, to_svg
+
+Plot = Optional[tuple[str, str]]
+
+BANDS = (1.0, 2.0)
+"""The 3-way standard's band edges on the error ratio (msprobe's accuracy checker: <= 1
+pass, 1-2 warning, > 2 error); the report draws these, the comparison judges."""
+
+HEATMAP_OPS = 40
+PRECISION_COLOURS = {"float32": "#5b7fa6", "fp32": "#5b7fa6", "float16": "#e08a2e",
+                     "fp16": "#e08a2e", "bfloat16": "#8e5ba6", "bf16": "#8e5ba6"}
+REFERENCE_GREY = "#b0b0b0"
+HERE_BLUE = "#1f5f8b"
+
+
+def _finite(value: Any) -> Optional[float]:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _ratio(value: Any) -> Optional[float]:
+    """A plotted ratio: finite and positive; +inf (an error where the reference had none)
+    is kept as inf so the heat map shows it at the top of its scale."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if value == math.inf:
+            return math.inf
+        if math.isfinite(value) and value > 0:
+            return float(value)
+    return None
+
+
+# ------------------------------------------------------------------------------ ops
+
+def op_heatmap(parity: Parity, limit: int = HEATMAP_OPS) -> Plot:
+    """Op x dtype, coloured by the worst error ratio of its records, bands 1 and 2 marked."""
+    worst: dict[tuple[str, str], float] = {}
+    for row in parity.op_ratios:
+        ratio = _ratio(row.get("ratio"))
+        if ratio is None:
+            continue
+        key = (str(row.get("op")), str(row.get("dtype")))
+        worst[key] = max(worst.get(key, 0.0), ratio)
+    if not worst:
+        return None
+    plt = pyplot()
+    import numpy as np
+    from matplotlib.colors import BoundaryNorm, ListedColormap
+
+    def op_worst(op: str) -> float:
+        return max(v for (o, _), v in worst.items() if o == op)
+
+    everything = sorted({op for op, _ in worst})
+    ops = sorted(everything, key=lambda o: (-op_worst(o), o))[:limit]
+    dtypes = sorted({dt for _, dt in worst})
+    top = 16.0
+    edges = [1 / 16, 1 / 4, 1 / 2, BANDS[0], 1.41, BANDS[1], 4.0, 8.0, top]
+    colours = ["#1a7f3c", "#4c9a2a", "#8cc269", "#f5d36b", "#e8a33d", "#e06c3c", "#c0392b",
+               "#7b241c"]
+    cmap, norm = ListedColormap(colours), BoundaryNorm(edges, len(colours))
+    grid = np.full((len(ops), len(dtypes)), np.nan)
+    for i, op in enumerate(ops):
+        for j, dt in enumerate(dtypes):
+            if (op, dt) in worst:
+                grid[i, j] = min(max(worst[(op, dt)], edges[0]), top * 0.999)
+    fig, ax = plt.subplots(figsize=(1.1 * len(dtypes) + 3.2, 0.24 * len(ops) + 1.5))
+    ax.set_facecolor("#f2f2f2")  # no record of the op in that dtype
+    image = ax.imshow(grid, aspect="auto", cmap=cmap, norm=norm, interpolation="nearest")
+    ax.set_xticks(range(len(dtypes)), dtypes, rotation=30, ha="right")
+    ax.set_yticks(range(len(ops)), [o if len(o) <= 32 else o[:31] + "~" for o in ops],
+                  fontsize=7)
+    for i, op in enumerate(ops):
+        for j, dt in enumerate(dtypes):
+            value = worst.get((op, dt))
+            if value is not None and value > BANDS[0]:
+                ax.text(j, i, "inf" if value == math.inf else f"{value:.2g}", ha="center",
+                        va="center", fontsize=6, color="white" if value > BANDS[1] else "black")
+    bar = fig.colorbar(image, ax=ax, shrink=0.9, ticks=[1 / 4, 1 / 2, 1, 2, 4, 8])
+    bar.ax.set_yticklabels(["1/4", "1/2", "1", "2", "4", "8"])
+    for edge in BANDS:
+        bar.ax.axhline(edge, color="black", lw=1.2)
+    bar.set_label("error ratio: here / reference (3-way bands at 1 and 2)", fontsize=7)
+    ax.set_title(f"worst error ratio per op x dtype\n({parity.here.device_type} error / "
+                 f"{parity.reference.device_type} error, same CPU reference)")
+    shown = (f"{len(ops)} of {len(everything)} ops, worst first" if len(ops) < len(everything)
+             else f"{len(ops)} ops")
+    return f"Error-ratio heat map ({shown}; grey: not recorded in that dtype)", to_svg(fig)
+
+
+# ------------------------------------------------------------------------- training
+
+def loss_curves(parity: Parity, per_row: int = 3) -> Plot:
+    """Both devices' loss curves overlaid, one panel per curve."""
+    curves = [c for c in parity.curves
+              if isinstance(c.get("reference"), list) and isinstance(c.get("here"), list)
+              and (c["reference"] or c["here"])]
+    if not curves:
+        return None
+    plt = pyplot()
+    cols = min(per_row, len(curves))
+    rows = math.ceil(len(curves) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.3 * cols, 2.9 * rows), squeeze=False)
+    for ax in axes.flat[len(curves):]:
+        ax.set_visible(False)
+    ref_name, here_name = parity.reference.device_type, parity.here.device_type
+    for ax, curve in zip(axes.flat, curves):
+        ref = [_finite(v) for v in curve["reference"]]
+        here = [_finite(v) for v in curve["here"]]
+        ax.plot(range(len(ref)), [math.nan if v is None else v for v in ref],
+                color=REFERENCE_GREY, lw=3.0, label=f"reference ({ref_name})")
+        ax.plot(range(len(here)), [math.nan if v is None else v for v in here],
+                color=HERE_BLUE, lw=1.0, label=f"here ({here_name})")
+        lost = [i for i, v in enumerate(here) if v is None]
+        if lost:  # a non-finite loss on this device: mark where it happened
+            ax.axvline(lost[0], color="#c0392b", lw=0.8, ls="--",
+                       label=f"non-finite from step {lost[0]}")
+        label = str(curve.get("label") or curve.get("id"))
+        ax.set_title(label if len(label) <= 48 else label[:47] + "~", fontsize=9)
+        ax.set_xlabel("step")
+        ax.set_ylabel("loss")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return f"Loss curves, {ref_name} and {here_name} overlaid ({len(curves)})", to_svg(fig)
+
+
+# --------------------------------------------------------------------------- memory
+
+def memory_bars(parity: Parity) -> Plot:
+    """Memory ratios (here / reference) per case, one panel per metric (max batch, peak)."""
+    metrics: dict[str, list[tuple[str, float]]] = {}
+    for row in parity.memory:
+        ratio = _finite(row.get("ratio"))
+        if ratio is not None:
+            metrics.setdefault(str(row.get("metric")), []).append((str(row.get("id")), ratio))
+    if not metrics:
+        return None
+    plt = pyplot()
+    names = sorted(metrics, key=lambda m: (m != "max_batch", m))  # max batch first
+    height = max(len(v) for v in metrics.values())
+    fig, axes = plt.subplots(1, len(names), figsize=(5.6 * len(names), 0.32 * height + 1.4),
+                             squeeze=False)
+    for ax, metric in zip(axes[0], names):
+        rows = metrics[metric]
+        lower_is_worse = "batch" in metric
+        colours = ["#c0392b" if (r < 1 if lower_is_worse else r > 1) and abs(r - 1) > 1e-9
+                   else "#4c9a2a" for _, r in rows]
+        ax.barh(range(len(rows)), [r for _, r in rows], color=colours)
+        for i, (_, r) in enumerate(rows):
+            ax.text(r, i, f" {r:.2g}", va="center", fontsize=7)
+        ax.axvline(1.0, color="black", lw=0.8)
+        ax.set_yticks(range(len(rows)), [_short(i) for i, _ in rows], fontsize=7)
+        ax.invert_yaxis()
+        ax.set_xlim(0, max(1.2, max(r for _, r in rows) * 1.2))
+        ax.set_title(f"{metric}: here / reference "
+                     f"({'below' if lower_is_worse else 'above'} 1 is worse here)")
+    fig.tight_layout()
+    return "Memory ratios under the same cap", to_svg(fig)
+
+
+# ---------------------------------------------------------------------------- speed
+
+def benchmark_of(row: dict[str, Any]) -> str:
+    """The benchmark a speed row measures: its id without the precision part."""
+    rid, precision = str(row.get("id")), str(row.get("precision"))
+    parts = [p for p in rid.split("/") if p != precision]
+    return "/".join(parts) or rid
+
+
+def speed_bars(parity: Parity) -> Plot:
+    """Throughput ratios per benchmark, the precisions of one benchmark side by side."""
+    cells: dict[str, dict[str, float]] = {}
+    for row in parity.speed:
+        ratio = _finite(row.get("ratio"))
+        if ratio is not None:
+            cells.setdefault(benchmark_of(row), {})[str(row.get("precision"))] = ratio
+    if not cells:
+        return None
+    plt = pyplot()
+    benches = sorted(cells)
+    precisions = sorted({p for row in cells.values() for p in row},
+                        key=lambda p: (p not in ("float32", "fp32"), p))  # fp32 first
+    width = 0.8 / len(precisions)
+    fig, ax = plt.subplots(figsize=(8.5, 0.3 * len(benches) * len(precisions) + 1.5))
+    top = 1.2
+    for k, precision in enumerate(precisions):
+        ys, xs = [], []
+        for i, bench in enumerate(benches):
+            if precision in cells[bench]:
+                ys.append(i - 0.4 + width * (k + 0.5))
+                xs.append(cells[bench][precision])
+        ax.barh(ys, xs, height=width * 0.92, label=precision,
+                color=PRECISION_COLOURS.get(precision, None))
+        for y, x in zip(ys, xs):
+            ax.text(x, y, f" {x:.2g}", va="center", fontsize=7)
+        top = max([top] + [x * 1.2 for x in xs])
+    ax.axvline(1.0, color="black", lw=0.8)
+    ax.set_xlim(0, top)
+    ax.set_yticks(range(len(benches)), [_short(b) for b in benches], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("throughput here / reference (below 1: slower here)")
+    ax.legend(fontsize=7, loc="lower right")
+    ax.set_title("throughput ratio per benchmark, precisions side by side")
+    return "Throughput ratios at the same batch size and precision", to_svg(fig)
+
+
+def _short(text: str, limit: int = 44) -> str:
+    return text if len(text) <= limit else "~" + text[-(limit - 1):]
+
+
+# ------------------------------------------------------------------------------ all
+
+PLOTS: dict[str, tuple[Callable[[Parity], Plot], ...]] = {
+    "ops": (op_heatmap,), "training": (loss_curves,), "memory": (memory_bars,),
+    "speed": (speed_bars,), "model": ()}
+
+
+def render_all(parity: Parity) -> tuple[dict[str, list[tuple[str, str]]], list[str]]:
+    """Every picture that has data, by section: ``({section: [(title, svg)]}, notes)``;
+    the notes say what is missing (matplotlib, or a picture that failed)."""
+    if not available():
+        return {}, [MISSING]
+    out: dict[str, list[tuple[str, str]]] = {}
+    notes = []
+    for section, plots in PLOTS.items():
+        for plot in plots:
+            try:
+                made = plot(parity)
+            except Exception as exc:  # noqa: BLE001 - one bad picture must not lose the report
+                notes.append(f"picture {plot.__name__} failed: {type(exc).__name__}: {exc}")
+                continue
+            if made is not None:
+                out.setdefault(section, []).append(made)
+    return out, notes
