@@ -25,10 +25,12 @@ def _diff(section, rid, severity="difference", ratio=3.0, node="suites/x.py::tes
                       reproduce=REPRO.format(node=node))
 
 
-THRESHOLDS = {
-    "ops.error_ratio": {"pass": 1.0, "warning": 2.0,
-                        "source": "msprobe accuracy checker, 3-way standard"},
-    "memory.max_batch_ratio": {"value": 0.9, "source": "docs/parity.md"},
+THRESHOLDS = {  # the shape of harness.parity.thresholds.as_data()
+    "ops": {"rmse": {"warning": 1.0, "error": 2.0, "source": "msprobe 3-way: RMSE ratio"},
+            "max_rel_err": {"warning": 1.0, "error": 10.0,
+                            "source": "msprobe 3-way: maximum relative error ratio"}},
+    "memory": {"max_batch_ratio": {"below": 0.9, "source": "this suite: bisection"}},
+    "training": {"record rules": {"value": "per record", "source": "each record's rule"}},
 }
 
 
@@ -36,18 +38,20 @@ def _parity(verdict="PARITY", differences=(), compared=None, not_compared=None,
             plots=True):
     op_ratios = curves = memory = speed = models = []
     if plots:
-        op_ratios = [{"op": op, "dtype": dt, "ratio": r, "id": f"ops/{op}/{dt}/fwd/typical"}
+        op_ratios = [{"op": op, "dtype": dt, "ratio": r, "id": f"ops/{op}/{dt}/fwd/typical",
+                      "metric": "out0.rmse"}
                      for op, dt, r in (("add", "float16", 1.0), ("add", "bfloat16", 1.4),
                                        ("mm", "float16", 2.6), ("exp", "float32", 0.8))]
         curves = [{"id": "amp/convergence/float16/mlp", "label": "float16 mlp",
                    "reference": [2.0, 1.5, 1.1, 0.9], "here": [2.0, 1.6, 1.2, 1.0]}]
         memory = [{"id": "memory/oom_threshold/mlp/float32/none", "metric": "max_batch",
                    "reference": 512, "here": 256, "ratio": 0.5}]
-        speed = [{"id": "bench/mlp/float32", "precision": "float32", "reference": 100.0,
-                  "here": 80.0, "ratio": 0.8},
-                 {"id": "bench/mlp/float16", "precision": "float16", "reference": 200.0,
-                  "here": 210.0, "ratio": 1.05}]
-        models = [{"op": "aten.addmm.default", "reference": "runs", "here": "runs"}]
+        speed = [{"id": "bench/train/mlp/float32/step/b8", "precision": "float32",
+                  "reference": 8.0, "here": 10.0, "ratio": 0.8, "unit": "ms"},
+                 {"id": "bench/train/mlp/float16-amp/step/b2", "precision": "float16-amp",
+                  "reference": 4.2, "here": 4.0, "ratio": 1.05, "unit": "ms"}]
+        models = [{"op": "aten.addmm.default", "model": "mlp", "reference": "pass",
+                   "here": "pass", "id": "model/mlp/float32/aten.addmm.default"}]
     return Parity(verdict=verdict, reference=_side("cpu", "xeon-avx512", "ref/cpu.json"),
                   here=_side("npu", "simnpu", "here/npu.json"),
                   differences=list(differences),
@@ -101,6 +105,16 @@ def test_terminal_lines_cut_at_limit_and_point_to_the_report():
     assert "... 9 more in the report" in lines[-1]
 
 
+def test_notes_on_how_the_runs_differ_are_shown_with_the_verdict(monkeypatch):
+    parity = _parity()
+    monkeypatch.setattr(parity, "notes", ["FAULTS INJECTED here: ops.add_rel_drift"],
+                        raising=False)
+    assert "NOTE FAULTS INJECTED here: ops.add_rel_drift" in report.terminal_lines(parity)
+    assert "- **NOTE** FAULTS INJECTED here: ops.add_rel_drift" in report.markdown(parity)
+    banner = report.html_page(parity).split('<section id="verdict"')[1].split("</section>")[0]
+    assert "<b>NOTE</b> FAULTS INJECTED here: ops.add_rel_drift" in banner
+
+
 # --------------------------------------------------------------------------- markdown
 
 def test_markdown_has_verdict_runs_sections_in_order_differences_and_thresholds():
@@ -116,8 +130,9 @@ def test_markdown_has_verdict_runs_sections_in_order_differences_and_thresholds(
     assert ops.index("ops/mm/float16") < ops.index("ops/add/bfloat16")  # ranked as given
     assert "memory/oom_threshold" in text[positions[2]:positions[3]]
     assert "> NOT COMPARED: no `harness model` inventory in either run" in text
-    assert "| `ops.error_ratio` | pass=1, warning=2 | msprobe accuracy checker, 3-way " \
-           "standard |" in text
+    assert "| `ops.max_rel_err` | warning=1, error=10 | msprobe 3-way: maximum relative " \
+           "error ratio |" in text
+    assert "| `training.record rules` | per record | each record's rule |" in text
     assert "<svg" not in text
 
 
@@ -126,9 +141,10 @@ def test_markdown_carries_the_compared_values_as_tables():
     assert "| `mm` | float16 | 2.6x | ops/mm/float16/fwd/typical |" in text
     assert "| `float16 mlp` | 4 / 4 | 0.9 | 1 |" in text
     assert "| `memory/oom_threshold/mlp/float32/none` | max_batch | 512 | 256 | 0.5x |" in text
-    # fp32 beside fp16 for one benchmark, fp32 first
-    assert text.index("| `bench/mlp/float32` |") < text.index("| `bench/mlp/float16` |")
-    assert "| `aten.addmm.default` | runs | runs |" in text
+    # fp32 beside fp16 for one benchmark, fp32 first, with the unit of the stored values
+    assert "| `bench/train/mlp/float32/step/b8` | float32 | 8 ms | 10 ms | 0.8x |" in text
+    assert text.index("mlp/float32/step") < text.index("mlp/float16-amp/step")
+    assert "| `aten.addmm.default` | mlp | pass | pass |" in text
 
 
 def test_clean_pair_says_no_difference_in_every_section():
@@ -177,7 +193,7 @@ def test_html_has_banner_runs_sections_every_reproduce_and_thresholds():
     for diff in parity.differences:
         assert f'<tr class="{diff.severity}">' in page
         assert diff.reproduce.replace("'", "&#x27;") in page
-    assert "msprobe accuracy checker, 3-way standard" in page
+    assert "msprobe 3-way: RMSE ratio" in page
 
 
 def test_long_ids_are_shown_whole_in_tables_and_shortened_in_pictures(tmp_path):
@@ -242,6 +258,25 @@ def test_heat_map_cells_above_one_carry_their_ratio():
     title, svg = parity_plots.op_heatmap(_parity())
     assert title.startswith("Error-ratio heat map (3 ops")
     assert ">2.6<" in svg and ">1.4<" in svg and ">0.8<" not in svg  # ratios above 1 only
+
+
+def test_heat_map_draws_every_metric_in_its_own_bands():
+    from harness.report.parity_plots import band_position
+
+    parity = _parity()
+
+    def at(ratio, metric, judgement=None):
+        row = {"ratio": ratio, "metric": f"grad0.{metric}"}
+        if judgement:
+            row["judgement"] = judgement
+        return band_position(parity, row)
+
+    assert at(0.5, "rmse") == 0.5 and at(1.5, "rmse") == 1.5 and at(3.0, "rmse") == 3.0
+    assert 1 < at(5.0, "max_rel_err") < 2  # a warning of max_rel_err (error above 10)
+    assert at(10.0, "max_rel_err") == pytest.approx(2.0) and at(20.0, "max_rel_err") > 2
+    assert at(1.5, "unknown_metric") == 1.5  # bands 1 and 2 where thresholds say nothing
+    assert at(1.5, "rmse", "error") > 2 and at(3.0, "rmse", "warning") <= 2  # the judgement
+    assert at(None, "rmse") is None and at(float("nan"), "rmse") is None
 
 
 # --------------------------------------------------------------------------- browser

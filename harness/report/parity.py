@@ -49,6 +49,12 @@ def reasons(parity: Parity) -> list[str]:
     return out
 
 
+def run_notes(parity: Parity) -> list[str]:
+    """How the two runs differ in what they measured (seeds, selections, injected faults):
+    compared all the same, and said wherever the verdict is."""
+    return list(getattr(parity, "notes", None) or [])
+
+
 def _by_section(diffs: list[Difference]) -> str:
     counts = {s: sum(1 for d in diffs if d.section == s) for s in SECTIONS}
     return ", ".join(f"{n} {s}" for s, n in counts.items() if n)
@@ -97,6 +103,7 @@ def terminal_lines(parity: Parity, limit: int = 10) -> list[str]:
     """The verdict line, the two runs, per-section counts, the top ``limit`` differences."""
     lines = [verdict_line(parity) + ": " + "; ".join(reasons(parity)),
              side_line("reference", parity.reference), side_line("here", parity.here)]
+    lines += [f"NOTE {note}" for note in run_notes(parity)]
     lines += [section_line(parity, s) for s in SECTIONS]
     if parity.differences:
         lines.append(f"{len(parity.differences)} difference(s), worst first:")
@@ -159,11 +166,12 @@ def _section_tables(parity: Parity, section: str) -> list[tuple[str, list[str], 
         return [("Memory, same cap", ["case", "metric", "reference", "here", "ratio"],
                  rows)] if rows else []
     if section == "speed":
-        rows = [[str(r.get("id")), str(r.get("precision")), fmt_value(r.get("reference")),
-                 fmt_value(r.get("here")), fmt_ratio(r.get("ratio"))]
+        rows = [[str(r.get("id")), str(r.get("precision")), _with_unit(r, "reference"),
+                 _with_unit(r, "here"), fmt_ratio(r.get("ratio"))]
                 for r in sorted(parity.speed, key=_speed_order)]
-        return [("Throughput, same batch size and precision",
-                 ["benchmark", "precision", "reference", "here", "ratio"], rows)] if rows else []
+        return [("Throughput, same batch size and precision (ratio: throughput here / "
+                 "reference)", ["benchmark", "precision", "reference", "here", "ratio"],
+                 rows)] if rows else []
     if section == "model":
         differ = [r for r in parity.models if r.get("reference") != r.get("here")]
         same = [r for r in parity.models if r.get("reference") == r.get("here")]
@@ -172,18 +180,22 @@ def _section_tables(parity: Parity, section: str) -> list[tuple[str, list[str], 
                    f"{len(same)} the same"
                    + (f"; {len(parity.models) - len(shown)} of those not listed"
                       if len(shown) < len(parity.models) else "") + ")")
-        return [(caption, ["op", "reference", "here"],
-                 [[str(r.get("op")), fmt_value(r.get("reference")), fmt_value(r.get("here"))]
-                  for r in shown])] if parity.models else []
+        return [(caption, ["op", "model", "reference", "here"],
+                 [[str(r.get("op")), str(r.get("model") or "-"), fmt_value(r.get("reference")),
+                   fmt_value(r.get("here"))] for r in shown])] if parity.models else []
     return []
+
+
+def _with_unit(row: dict[str, Any], side: str) -> str:
+    unit = row.get("unit")
+    return fmt_value(row.get(side)) + (f" {unit}" if unit else "")
 
 
 def _speed_order(row: dict[str, Any]) -> tuple:
     """Per benchmark, fp32 first: the precisions of one benchmark side by side."""
-    from harness.report.parity_plots import benchmark_of
+    from harness.report.parity_plots import benchmark_of, precision_order
 
-    return benchmark_of(row), str(row.get("precision")) not in ("float32", "fp32"), \
-        str(row.get("precision"))
+    return benchmark_of(row), precision_order(str(row.get("precision"))), str(row.get("id"))
 
 
 def threshold_rows(thresholds: dict[str, Any], prefix: str = "") -> list[list[str]]:
@@ -196,10 +208,23 @@ def threshold_rows(thresholds: dict[str, Any], prefix: str = "") -> list[list[st
             rows += threshold_rows(value, f"{name}.")
         elif isinstance(value, dict):
             rest = {k: v for k, v in value.items() if k != "source"}
-            rows.append([name, fmt_value(rest), str(value.get("source") or "-")])
+            rows.append([name, _threshold_value(rest), str(value.get("source") or "-")])
         else:
             rows.append([name, fmt_value(value), "-"])
     return rows
+
+
+def _threshold_value(items: dict[str, Any]) -> str:
+    """``below=0.9``; ``eps of the dtype; eps: float32=1.192e-07, ...`` (a ``value`` item
+    is shown bare, a table of values after its name)."""
+    parts = [fmt_value(items["value"])] if "value" in items else []
+    flat = [f"{k}={fmt_value(v)}" for k, v in items.items()
+            if k != "value" and not isinstance(v, dict)]
+    if flat:
+        parts.append(", ".join(flat))
+    parts += [f"{k}: {fmt_value(v)}" for k, v in items.items()
+              if k != "value" and isinstance(v, dict)]
+    return "; ".join(parts) or "-"
 
 
 def _not_compared(parity: Parity, section: str) -> Optional[str]:
@@ -234,6 +259,7 @@ def markdown(parity: Parity, pictures: Optional[dict[str, list[str]]] = None,
 
     out = [f"# {verdict_line(parity)}", ""]
     out += [f"- {r}" for r in reasons(parity)]
+    out += [f"- **NOTE** {note}" for note in run_notes(parity)]
     header, rows = _runs_table(parity)
     out += ["", "## Runs", ""] + _md_table(header, rows)
     if picture_note:
@@ -314,7 +340,9 @@ def html_page(parity: Parity, pictures: Optional[dict[str, list[tuple[str, str]]
                f"<h1>{escape(verdict_line(parity))}</h1>"
                f"<p><b>{escape(parity.here.name)}</b> compared with the reference "
                f"<b>{escape(parity.reference.name)}</b></p><ul>"
-               + "".join(f"<li>{escape(r)}</li>" for r in reasons(parity)) + "</ul></section>")
+               + "".join(f"<li>{escape(r)}</li>" for r in reasons(parity)) + "</ul>"
+               + "".join(f"<p><b>NOTE</b> {escape(n)}</p>" for n in run_notes(parity))
+               + "</section>")
     links = [("runs", "Runs")] + [(s, SECTION_TITLES[s]) for s in SECTIONS] + \
         [("thresholds", "Thresholds")]
     out.append("<nav>" + "".join(f'<a href="#{k}">{escape(t)}</a>' for k, t in links) + "</nav>")

@@ -12,9 +12,10 @@ Every picture is a ratio *this device / reference device*, so 1 is "behaves the 
 everywhere and one eye reads them all:
 
 * the heat map colours op x dtype by the error ratio on a log scale, in the three bands of
-  the 3-way standard (<= 1 pass: greens, 1-2 warning: ambers, > 2 error: reds), the band
-  edges drawn on the colour bar, and writes the ratio in every cell above 1; it shows
-  the worst ops first (a full run compares hundreds) and says how many it left out;
+  the 3-way standard (<= 1 pass: greens, 1-2 warning: ambers, > 2 error: reds; Note [One
+  scale for every metric's bands]), the band edges drawn on the colour bar, and writes
+  the ratio in every cell above 1; it shows the worst ops first (a full run compares
+  hundreds) and says how many it left out;
 * the loss curves of both devices share one panel per curve (the reference thick and
   grey, this device thin on top), so a divergence or an oscillation shows where it starts;
 * memory and speed are bars of the ratio around a line at 1: a max batch or a throughput
@@ -26,6 +27,7 @@ everywhere and one eye reads them all:
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Callable, Optional
 
 from harness.parity.model import Parity
@@ -63,15 +65,69 @@ def _ratio(value: Any) -> Optional[float]:
 
 # ------------------------------------------------------------------------------ ops
 
+def _limits(parity: Parity, row: dict[str, Any]) -> tuple[float, float]:
+    """``(warning, error)``: the ratios that start the warning and error bands of the row's
+    metric (``grad0.max_rel_err`` -> ``max_rel_err``) in the comparison's thresholds;
+    :data:`BANDS` when the thresholds do not name it."""
+    metric = str(row.get("metric") or "").rpartition(".")[2]
+    ops = parity.thresholds.get("ops") if isinstance(parity.thresholds, dict) else None
+    entry = ops.get(metric) if isinstance(ops, dict) else None
+    if isinstance(entry, dict):
+        warning, error = _finite(entry.get("warning")), _finite(entry.get("error"))
+        if warning is not None and error is not None and 0 < warning < error:
+            return warning, error
+    return BANDS
+
+
+def band_position(parity: Parity, row: dict[str, Any]) -> Optional[float]:
+    """Where a row's ratio sits on the heat map's colour scale, on which every metric's
+    warning band is 1..2 (Note [One scale for every metric's bands]); None: no ratio."""
+    ratio = _ratio(row.get("ratio"))
+    if ratio is None:
+        return None
+    warning, error = _limits(parity, row)
+    if ratio <= warning:
+        position = BANDS[0] * ratio / warning
+    elif ratio <= error:
+        position = BANDS[0] * (BANDS[1] / BANDS[0]) ** (math.log(ratio / warning)
+                                                         / math.log(error / warning))
+    else:
+        position = BANDS[1] * ratio / error
+    # the comparison's judgement is the owner of the band; the position only shades it
+    judgement = row.get("judgement")
+    if judgement == "pass":
+        position = min(position, BANDS[0])
+    elif judgement == "warning":
+        position = min(max(position, BANDS[0] * (1 + 1e-6)), BANDS[1])
+    elif judgement == "error":
+        position = max(position, BANDS[1] * (1 + 1e-6))
+    return position
+
+
+# Note [One scale for every metric's bands]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# The 3-way standard's bands are not the same for every metric: a ratio above 2 is an
+# error for the RMSE, the mean relative error, the small-value error and the error
+# balance, above 10 for the maximum relative error (one element's rounding moves a
+# maximum far more than a mean). A heat-map cell shows one record's worst metric, so a
+# colour scale in raw ratios would paint a max-relative-error ratio of 5 (a warning) red.
+# The colour is therefore the ratio placed on one scale where every metric's warning band
+# runs from 1 to 2: unchanged in the pass band and for the metrics whose bands are 1 and 2;
+# inside a wider warning band log-linearly (10 of max_rel_err sits at 2); beyond it by the
+# ratio to its error limit. The band is the comparison's judgement when the row carries
+# one; the number written in the cell is always the raw ratio.
+
+
 def op_heatmap(parity: Parity, limit: int = HEATMAP_OPS) -> Plot:
-    """Op x dtype, coloured by the worst error ratio of its records, bands 1 and 2 marked."""
-    worst: dict[tuple[str, str], float] = {}
+    """Op x dtype, coloured by the worst error ratio of its records in the 3-way bands."""
+    worst: dict[tuple[str, str], tuple[float, float]] = {}  # (position, raw ratio)
     for row in parity.op_ratios:
-        ratio = _ratio(row.get("ratio"))
-        if ratio is None:
+        position = band_position(parity, row)
+        if position is None:
             continue
         key = (str(row.get("op")), str(row.get("dtype")))
-        worst[key] = max(worst.get(key, 0.0), ratio)
+        if key not in worst or position > worst[key][0]:
+            worst[key] = (position, float(row["ratio"]))
     if not worst:
         return None
     plt = pyplot()
@@ -79,13 +135,16 @@ def op_heatmap(parity: Parity, limit: int = HEATMAP_OPS) -> Plot:
     from matplotlib.colors import BoundaryNorm, ListedColormap
 
     def op_worst(op: str) -> float:
-        return max(v for (o, _), v in worst.items() if o == op)
+        return max(v[0] for (o, _), v in worst.items() if o == op)
 
     everything = sorted({op for op, _ in worst})
     ops = sorted(everything, key=lambda o: (-op_worst(o), o))[:limit]
     dtypes = sorted({dt for _, dt in worst})
     top = 16.0
-    edges = [1 / 16, 1 / 4, 1 / 2, BANDS[0], 1.41, BANDS[1], 4.0, 8.0, top]
+    # a band's bins are [low, high): nudge the edges so that a ratio of exactly 1 (or 2)
+    # takes the colour of the band it belongs to (<= 1 pass, <= 2 warning)
+    up = 1 + 1e-9
+    edges = [1 / 16, 1 / 4, 1 / 2, BANDS[0] * up, 1.41, BANDS[1] * up, 4.0, 8.0, top]
     colours = ["#1a7f3c", "#4c9a2a", "#8cc269", "#f5d36b", "#e8a33d", "#e06c3c", "#c0392b",
                "#7b241c"]
     cmap, norm = ListedColormap(colours), BoundaryNorm(edges, len(colours))
@@ -93,8 +152,8 @@ def op_heatmap(parity: Parity, limit: int = HEATMAP_OPS) -> Plot:
     for i, op in enumerate(ops):
         for j, dt in enumerate(dtypes):
             if (op, dt) in worst:
-                grid[i, j] = min(max(worst[(op, dt)], edges[0]), top * 0.999)
-    fig, ax = plt.subplots(figsize=(1.1 * len(dtypes) + 3.2, 0.24 * len(ops) + 1.5))
+                grid[i, j] = min(max(worst[(op, dt)][0], edges[0]), top * 0.999)
+    fig, ax = plt.subplots(figsize=(1.1 * len(dtypes) + 3.6, 0.24 * len(ops) + 1.6))
     ax.set_facecolor("#f2f2f2")  # no record of the op in that dtype
     image = ax.imshow(grid, aspect="auto", cmap=cmap, norm=norm, interpolation="nearest")
     ax.set_xticks(range(len(dtypes)), dtypes, rotation=30, ha="right")
@@ -102,20 +161,25 @@ def op_heatmap(parity: Parity, limit: int = HEATMAP_OPS) -> Plot:
                   fontsize=7)
     for i, op in enumerate(ops):
         for j, dt in enumerate(dtypes):
-            value = worst.get((op, dt))
-            if value is not None and value > BANDS[0]:
-                ax.text(j, i, "inf" if value == math.inf else f"{value:.2g}", ha="center",
-                        va="center", fontsize=6, color="white" if value > BANDS[1] else "black")
+            if (op, dt) not in worst:
+                continue
+            position, ratio = worst[(op, dt)]
+            if position > BANDS[0]:
+                ax.text(j, i, "inf" if ratio == math.inf else f"{ratio:.2g}", ha="center",
+                        va="center", fontsize=6,
+                        color="white" if position > BANDS[1] else "black")
     bar = fig.colorbar(image, ax=ax, shrink=0.9, ticks=[1 / 4, 1 / 2, 1, 2, 4, 8])
-    bar.ax.set_yticklabels(["1/4", "1/2", "1", "2", "4", "8"])
+    bar.ax.set_yticklabels(["1/4", "1/2", "1 warning", "2 error", "4", "8"])
     for edge in BANDS:
         bar.ax.axhline(edge, color="black", lw=1.2)
-    bar.set_label("error ratio: here / reference (3-way bands at 1 and 2)", fontsize=7)
-    ax.set_title(f"worst error ratio per op x dtype\n({parity.here.device_type} error / "
-                 f"{parity.reference.device_type} error, same CPU reference)")
+    ax.set_title(f"worst error ratio per op x dtype: {parity.here.device_type} error / "
+                 f"{parity.reference.device_type} error\n(same CPU reference; 3-way bands: "
+                 "<= 1 pass, 1-2 warning, > 2 error;\nmax relative error: 1-10 warning, "
+                 "> 10 error, drawn on the same scale)", fontsize=8)
     shown = (f"{len(ops)} of {len(everything)} ops, worst first" if len(ops) < len(everything)
              else f"{len(ops)} ops")
-    return f"Error-ratio heat map ({shown}; grey: not recorded in that dtype)", to_svg(fig)
+    return (f"Error-ratio heat map ({shown}; the number: the ratio, shown above 1; grey: not "
+            "recorded in that dtype)", to_svg(fig))
 
 
 # ------------------------------------------------------------------------- training
@@ -191,39 +255,48 @@ def memory_bars(parity: Parity) -> Plot:
 # ---------------------------------------------------------------------------- speed
 
 def benchmark_of(row: dict[str, Any]) -> str:
-    """The benchmark a speed row measures: its id without the precision part."""
+    """The benchmark a speed row measures: its id without the precision part and the batch
+    size (``bench/train/simplecnn/float16-amp/step/b8/small`` ->
+    ``bench/train/simplecnn/step/small``), so that the precisions of one benchmark stand
+    side by side even where each runs at its own batch size (both devices ran the same)."""
     rid, precision = str(row.get("id")), str(row.get("precision"))
-    parts = [p for p in rid.split("/") if p != precision]
+    parts = [p for p in rid.split("/") if p != precision and not re.fullmatch(r"b\d+", p)]
     return "/".join(parts) or rid
+
+
+def _batch_of(row: dict[str, Any]) -> str:
+    return next((p for p in str(row.get("id")).split("/") if re.fullmatch(r"b\d+", p)), "")
 
 
 def speed_bars(parity: Parity) -> Plot:
     """Throughput ratios per benchmark, the precisions of one benchmark side by side."""
-    cells: dict[str, dict[str, float]] = {}
+    cells: dict[str, dict[str, tuple[float, str]]] = {}
     for row in parity.speed:
         ratio = _finite(row.get("ratio"))
         if ratio is not None:
-            cells.setdefault(benchmark_of(row), {})[str(row.get("precision"))] = ratio
+            cells.setdefault(benchmark_of(row), {})[str(row.get("precision"))] = (
+                ratio, _batch_of(row))
     if not cells:
         return None
     plt = pyplot()
     benches = sorted(cells)
-    precisions = sorted({p for row in cells.values() for p in row},
-                        key=lambda p: (p not in ("float32", "fp32"), p))  # fp32 first
+    precisions = sorted({p for row in cells.values() for p in row}, key=precision_order)
     width = 0.8 / len(precisions)
     fig, ax = plt.subplots(figsize=(8.5, 0.3 * len(benches) * len(precisions) + 1.5))
     top = 1.2
     for k, precision in enumerate(precisions):
-        ys, xs = [], []
+        ys, xs, batches = [], [], []
         for i, bench in enumerate(benches):
             if precision in cells[bench]:
                 ys.append(i - 0.4 + width * (k + 0.5))
-                xs.append(cells[bench][precision])
+                xs.append(cells[bench][precision][0])
+                batches.append(cells[bench][precision][1])
         ax.barh(ys, xs, height=width * 0.92, label=precision,
-                color=PRECISION_COLOURS.get(precision, None))
-        for y, x in zip(ys, xs):
-            ax.text(x, y, f" {x:.2g}", va="center", fontsize=7)
-        top = max([top] + [x * 1.2 for x in xs])
+                color=PRECISION_COLOURS.get(precision.split("-")[0], None))
+        for y, x, batch in zip(ys, xs, batches):
+            ax.text(x, y, f" {x:.2g}" + (f" ({batch})" if batch else ""), va="center",
+                    fontsize=7)
+        top = max([top] + [x * 1.3 for x in xs])
     ax.axvline(1.0, color="black", lw=0.8)
     ax.set_xlim(0, top)
     ax.set_yticks(range(len(benches)), [_short(b) for b in benches], fontsize=7)
@@ -232,6 +305,11 @@ def speed_bars(parity: Parity) -> Plot:
     ax.legend(fontsize=7, loc="lower right")
     ax.set_title("throughput ratio per benchmark, precisions side by side")
     return "Throughput ratios at the same batch size and precision", to_svg(fig)
+
+
+def precision_order(precision: str) -> tuple:
+    """fp32 first, then the lower precisions (fp16/bf16, with or without AMP)."""
+    return precision.split("-")[0] not in ("float32", "fp32"), precision
 
 
 def _short(text: str, limit: int = 44) -> str:
