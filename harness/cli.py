@@ -1,5 +1,6 @@
 """``python -m harness``: doctor | baseline list/show/diff | report | history | bench-eval |
-faults list/check | ops keywords | ops nan | optim options | localize | model | scan.
+faults list/check | ops keywords | ops nan | optim options | localize | model | scan |
+parity.
 
 ``run`` (pytest over the conformance suites, :mod:`harness.layout`) takes pytest's
 arguments as given, so :func:`main` dispatches it before parsing.
@@ -373,6 +374,112 @@ def _add_bench_eval(sub) -> None:
     ev.set_defaults(func=_cmd_bench_eval)
 
 
+# ---------------------------------------------------------------------------- parity
+
+USAGE_ERROR = 4
+"""``parity``'s exit code for a usage error: 0, 1 and 2 are its verdicts (docs/parity.md)."""
+
+
+class _ParityUsage(Exception):
+    """A bad argument of ``parity``: printed as ``error: ...``, exit :data:`USAGE_ERROR`."""
+
+
+def _parity_run(name: str, root: Path):
+    """``(path, RunResults)`` of a results file, or of a stored baseline named
+    ``<type>/<slug>/<stack>`` (or a stack id stored for one device) in ``root``."""
+    from harness import results
+    from harness.baselines import BaselineError, check_agrees, stored_anywhere
+
+    path = Path(name)
+    stored = False
+    if not path.is_file():
+        candidates = [root / f"{name}.json"] + sorted(root.glob(f"*/*/{name}.json"))
+        found = [p for p in dict.fromkeys(candidates) if p.is_file()]
+        if len(found) != 1:
+            listing = ", ".join(stored_anywhere(root)) or "none"
+            what = "is stored for several devices; give <type>/<slug>/<stack>" if found else \
+                "is neither a results file nor a baseline in the store"
+            raise _ParityUsage(f"{name!r} {what} (store {root}: {listing}). Give a results "
+                               "file (results/<time>-<device>.json) or a stored baseline "
+                               "<type>/<slug>/<stack>, e.g. cuda/<slug>/cuda-12.4; "
+                               "--baseline-dir names another store")
+        path, stored = found[0], True
+    try:
+        run = results.load(path)
+        if stored:
+            check_agrees(path, run.fingerprint)
+    except (results.SchemaError, BaselineError) as exc:
+        raise _ParityUsage(str(exc)) from None
+    return path, run
+
+
+def _cmd_parity(args: argparse.Namespace) -> int:
+    """``parity REFERENCE HERE``: the parity verdict of HERE against REFERENCE (exit 0
+    PARITY, 1 BLOCKERS, 2 DIFFERENCES, 4 a usage error)."""
+    from harness.parity import ParityError, compare
+
+    root = Path(args.baseline_dir) if args.baseline_dir else ROOT / "baselines"
+    try:
+        try:
+            _check_report_outputs(args, args.reference, args.here)
+        except SystemExit as exc:
+            raise _ParityUsage(str(exc).removeprefix("error: ")) from None
+        ref_path, reference = _parity_run(args.reference, root)
+        here_path, here = _parity_run(args.here, root)
+        parity = compare(reference, here, reference_path=str(ref_path),
+                         here_path=str(here_path))
+    except (_ParityUsage, ParityError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    from harness.report import parity as report
+
+    try:
+        written = report.write(parity, args.html, args.md) if (args.html or args.md) else []
+    except OSError as exc:
+        print(f"error: cannot write the report ({exc}); give --html/--md a file path in a "
+              "writable folder", file=sys.stderr)
+        return USAGE_ERROR
+    if args.json:
+        print(json.dumps(parity.to_json(), indent=1))
+    else:
+        for line in report.terminal_lines(parity, limit=args.limit):
+            print(line)
+        for note in parity.notes:
+            print(f"note: {note}")
+        for path in written:
+            print(f"report: {path}")
+    return parity.exit_code
+
+
+def _add_parity(sub) -> None:
+    parity = sub.add_parser(
+        "parity", help="Will training behave here as on the reference device? Compare two "
+        "stored runs of different device types (exit 0 PARITY, 1 BLOCKERS, 2 DIFFERENCES)",
+        description="Compares two stored runs of different device types on the same checks "
+        "(docs/parity.md): op error ratios (msprobe's 3-way standard), training, memory, "
+        "speed and model inventories. Exit 0: PARITY; 1: BLOCKERS; 2: DIFFERENCES; 4: a "
+        "usage error")
+    parity.add_argument("reference", metavar="REFERENCE",
+                        help="The reference device's run (e.g. the GPU's): a results file "
+                             "or a stored baseline <type>/<slug>/<stack>")
+    parity.add_argument("here", metavar="HERE",
+                        help="This device's run (e.g. the NPU's): a results file or a stored "
+                             "baseline <type>/<slug>/<stack>")
+    parity.add_argument("--baseline-dir", default=None, metavar="PATH",
+                        help="Store the baseline names are looked up in. Default: the "
+                             "project's baselines/")
+    parity.add_argument("--json", action="store_true", help="Machine-readable output")
+    _report_outputs(parity)
+
+    def usage_error(message: str):
+        parity.print_usage(sys.stderr)
+        print(f"{parity.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(USAGE_ERROR)
+
+    parity.error = usage_error  # argparse's own exit 2 would read as DIFFERENCES
+    parity.set_defaults(func=_cmd_parity)
+
+
 # ----------------------------------------------------------------------------- model
 
 def _cmd_model(args: argparse.Namespace) -> int:
@@ -495,6 +602,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_history(sub)
     _add_bench_eval(sub)
     _add_scan(sub)
+    _add_parity(sub)
     model = sub.add_parser("model", help="Capture a model's training step; inventory and "
                            "check every aten call it makes on the DUT")
     from harness.model.options import add_arguments as add_model_arguments

@@ -74,6 +74,9 @@ class Parity:
     memory: list[dict[str, Any]]                   # {"id", "metric", "reference", "here", "ratio"}
     speed: list[dict[str, Any]]                    # {"id", "precision", "reference", "here", "ratio"}
     models: list[dict[str, Any]]                   # {"op", "reference": status, "here": status}
+    notes: list[str] = dataclasses.field(default_factory=list)
+    """How the two runs differ in what they measured (seeds, selections, injected faults,
+    an incomplete session): compared all the same, and said."""
 
     @property
     def exit_code(self) -> int:
