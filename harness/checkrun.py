@@ -133,6 +133,8 @@ def conclude_check(nodeid: str, records: Iterable[Record], error: Optional[BaseE
     if wasxfail:  # a known failure (harness.known_failures)
         for rec in records:
             rec.info.setdefault("known_failure", wasxfail)
+    for rec in records:  # Note [One device per xdist worker] in harness/device.py
+        rec.info.setdefault("device_index", state.device.index)
     failing = [r for r in records if r.status in FAILING]
     if failing and outcome == "passed" and end.skip is None:
         end.failures.append("\n".join(f"{r.id}: {r.message or r.status}" for r in failing))

@@ -744,3 +744,32 @@ def xdist_worker_index() -> Optional[int]:
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     match = re.fullmatch(r"gw(\d+)", worker)
     return int(match.group(1)) if match else None
+
+
+# Note [One device per xdist worker]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# ``pytest -n N`` (pytest-xdist) on a host with several devices runs worker ``gwK`` on
+# device ``K`` (``select(..., index=K)``; the worker makes it current), so N workers test N
+# devices at once and every record names the index it ran on (``info["device_index"]``,
+# :mod:`harness.checkrun`). On an accelerator N must not exceed the devices visible:
+# two workers on one device would share its memory (peaks, OOM thresholds and leaks
+# measure both) and its time, so :func:`worker_problem` makes that a usage error before
+# any worker starts, naming the fix. The CPU is one device: every worker shares it (and
+# its cores), which is the documented rule there. A worker xdist starts to replace a
+# crashed one gets the next number (``gwN`` with N >= the worker count) and takes device
+# ``N mod count``: it may share a device with a live worker for the rest of the run.
+# Distributed checks are the exception to one device per worker: their ranks use devices
+# 0..ws-1, one launch at a time across workers (Note [Distributed launches under xdist]
+# in :mod:`harness.distributed.cases`).
+
+
+def worker_problem(device: Device, workers: Optional[int]) -> Optional[str]:
+    """Why ``workers`` xdist workers cannot each get their own ``device`` (None: they
+    can, or there is no xdist). Note [One device per xdist worker]."""
+    if not workers or not device.is_accelerator or workers <= device.count:
+        return None
+    return (f"-n {workers} starts {workers} pytest-xdist workers, one {device.type} device "
+            f"each (worker gwK tests {device.type}:K), but {device.count} {device.type} "
+            f"device(s) are visible: workers would share a device and measure each other's "
+            f"memory and time. Pass -n {device.count} (or fewer), or make more devices "
+            "visible")

@@ -144,6 +144,22 @@ def pytest_cmdline_main(config: pytest.Config) -> Optional[int]:
     return None
 
 
+def _xdist_workers(config: pytest.Config) -> Optional[int]:
+    """How many pytest-xdist workers the run has: in a worker, what xdist told it; in the
+    controller, its ``--tx`` specs (``-n N`` is N ``popen``; ``3*popen`` is 3). None
+    without xdist (``-n 0``, or xdist not installed)."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        return int(workerinput.get("workercount") or 0) or None
+    if getattr(config.option, "dist", "no") == "no":
+        return None
+    count = 0
+    for spec in getattr(config.option, "tx", None) or ():
+        times, star, _ = str(spec).partition("*")
+        count += int(times) if star and times.isdigit() else 1
+    return count or None
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
     for name, text in MARKERS.items():
@@ -156,7 +172,8 @@ def pytest_configure(config: pytest.Config) -> None:
             here=config.invocation_params.dir,
             markexpr=config.getoption("markexpr", "") or "")
         state = harness_session.start(
-            settings, worker=xdist_worker_index(), controller=not hasattr(config, "workerinput"))
+            settings, worker=xdist_worker_index(), controller=not hasattr(config, "workerinput"),
+            workers=_xdist_workers(config))
         state.run.selection = harness_session.selection_of(
             settings, config.getoption("markexpr", "") or "",
             config.getoption("keyword", "") or "", tuple(config.args))

@@ -83,6 +83,9 @@ class Recorder:
         self.settings = settings
         self.seed = seed
         self.records: list[Record] = []
+        self.context: dict = {}
+        """``info`` every record of this test gets (its own ``info`` wins): where it ran,
+        e.g. a distributed check's ``rank_devices``."""
 
     @property
     def reproduce(self) -> str:
@@ -95,7 +98,7 @@ class Recorder:
         """Record one measurement. A ``fail``/``error`` status fails the test with ``message``."""
         rec = Record(id=ids.check(record_id), status=status, metrics=dict(metrics or {}),
                      rules=dict(rules or {}), test=self.nodeid, message=message,
-                     info=dict(info or {}))
+                     info={**self.context, **(info or {})})
         if any(r.id == record_id for r in self.records):
             raise ValueError(f"record id {record_id!r} recorded twice by {self.nodeid}")
         self.records.append(rec)

@@ -92,6 +92,8 @@ class RunState:
     report: object = None  # the harness.report model, when --report wrote one
     previous_faults: list[str] = dataclasses.field(default_factory=list)
     """The faults active before this session (:func:`finish` restores them)."""
+    workers: Optional[int] = None
+    """The run's pytest-xdist workers (None without xdist)."""
 
 
 class SetupError(Exception):
@@ -112,17 +114,21 @@ def alerts_paths(path: Path) -> tuple[Path, Path]:
 
 # ------------------------------------------------------------------------ the start
 
-def start(settings: Settings, *, worker: Optional[int], controller: bool) -> RunState:
+def start(settings: Settings, *, worker: Optional[int], controller: bool,
+          workers: Optional[int] = None) -> RunState:
     """Activate the faults, pick the device and the baseline: the session's state.
 
     Args:
         settings: the run's options.
         worker: the xdist worker index (None outside xdist): which device index to use.
         controller: whether this process writes the results (not an xdist worker).
+        workers: how many xdist workers the run has (None without xdist): more than
+            the accelerator's devices is an error (Note [One device per xdist worker]
+            in :mod:`harness.device`).
 
     Raises:
-        SetupError: an unknown fault, an unusable device, or ``--baseline require``
-            without a baseline; the faults active before are active again.
+        SetupError: an unknown fault, an unusable device, more xdist workers than
+            devices, or ``--baseline require`` without a baseline; the faults active before are active again.
     """
     from harness import faults
 
@@ -144,21 +150,26 @@ def start(settings: Settings, *, worker: Optional[int], controller: bool) -> Run
     except faults.FaultError as exc:
         raise SetupError(str(exc)) from None
     try:
-        return _started(settings, worker, controller, previous)
+        return _started(settings, worker, controller, previous, workers)
     except BaseException:
         faults.set_active(previous)
         raise
 
 
 def _started(settings: Settings, worker: Optional[int], controller: bool,
-             previous_faults: list[str]) -> RunState:
-    from harness.device import DeviceUnavailable, select
+             previous_faults: list[str], workers: Optional[int] = None) -> RunState:
+    from harness.device import DeviceUnavailable, select, worker_problem
     from harness.stack import fingerprint
 
     try:
         device, probes = select(settings.device_request, index=worker or 0)
     except DeviceUnavailable as exc:
         raise SetupError(str(exc)) from None
+    problem = worker_problem(device, workers)
+    if problem is not None:
+        raise SetupError(problem)
+    if worker is not None:
+        device.set_current()  # Note [One device per xdist worker]: this worker's device
     why = [f"{p.type} not used: {p.reason}" for p in probes if not p.available]
     if settings.op_filter:
         from harness.ops import filter_matches
@@ -178,7 +189,7 @@ def _started(settings: Settings, worker: Optional[int], controller: bool,
                                      settings.baseline_against)
         run.baseline = str(selection.path) if selection.path else None
     state = RunState(settings, device, why, run, selection, controller=controller,
-                     previous_faults=previous_faults)
+                     previous_faults=previous_faults, workers=workers)
     if selection is not None and selection.error:
         state.errors.append(f"baseline error: {selection.error}")
     elif settings.baseline_mode == "require" and selection is not None and selection.path is None:
@@ -203,6 +214,12 @@ def header_lines(state: RunState) -> list[str]:
     how = "requested" if state.settings.device_request != "auto" else "auto"
     lines = [f"device {state.device.type}:{state.device.index} ({fp['device_name']}) [{how}]"]
     lines += [f"  {reason}" for reason in state.why]
+    if state.workers:  # Note [One device per xdist worker] in harness/device.py
+        kind = state.device.type
+        lines.append(f"xdist: {state.workers} workers, worker gwK on {kind}:K "
+                     f"(gw0..gw{state.workers - 1} -> {kind}:0..{state.workers - 1})"
+                     if state.device.is_accelerator else
+                     f"xdist: {state.workers} workers share the cpu")
     versions = ", ".join(f"{k} {fp[k]}" for k in ("torch", "torch_npu", "cann", "cuda_runtime",
                                                    "driver", "python") if fp.get(k))
     lines.append(f"stack {fp['stack_id']} ({versions}); {fp['device_type']}/{fp['device_slug']}")

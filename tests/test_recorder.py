@@ -14,7 +14,7 @@ from harness.session import RunState, Settings
 from harness.verdict import judge
 
 NODE = "suites/ops/test_x.py::test_y[float16]"
-CPU = SimpleNamespace(type="cpu")
+CPU = SimpleNamespace(type="cpu", index=0)
 
 
 def _recorder(seed=5):
@@ -96,7 +96,8 @@ def test_unsupported_skips_the_report_and_records_the_reason():
                                   outcome="failed", when="call", wasxfail=None, state=_state())
     assert end.skip == "unsupported: torch 2.1 has no rms_norm"
     [rec] = end.records
-    assert rec.status == "unsupported" and rec.info == {"reason": "torch 2.1 has no rms_norm"}
+    assert rec.status == "unsupported" and rec.info == {"reason": "torch 2.1 has no rms_norm",
+                                                        "device_index": 0}
 
 
 def test_a_known_failure_tags_every_record():
@@ -181,3 +182,18 @@ def test_ids_record_builds_the_id_every_suite_records_under():
         "norm/batchnorm2d/float32/momentum=0.1"
     with pytest.raises(ValueError, match="empty part"):
         ids.record("norm", "", "float32")
+
+
+def test_every_record_names_the_device_index_it_ran_on():
+    """Note [One device per xdist worker]: the records a test made, and the ones the end
+    of the test adds (ids its baseline holds that it did not reach), name the device."""
+    state = _state(baseline=[Record("ops/x/b", test=NODE)])
+    state.device = SimpleNamespace(type="npu", index=1)
+    recorder = _recorder()
+    recorder.context["rank_devices"] = ["npu:0", "npu:1"]
+    recorder.record("ops/x/a", info={"note": "mine"})
+    end = checkrun.conclude_check(NODE, recorder.records, RuntimeError("stopped"),
+                                  outcome="failed", when="call", wasxfail=None, state=state)
+    assert {r.id: r.info for r in end.records} == {
+        "ops/x/a": {"rank_devices": ["npu:0", "npu:1"], "note": "mine", "device_index": 1},
+        "ops/x/b": {"device_index": 1}}

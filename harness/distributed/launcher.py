@@ -150,7 +150,7 @@ def _launch_once(plan: list[SubCheck], world_size: int, device, *, timeout: floa
                      SPEC_ENV: str(os.getpid()), "PYTHONUNBUFFERED": "1"})
     procs: list[subprocess.Popen] = []
     logs = []
-    start = time.monotonic()
+    start, began = time.monotonic(), time.time()
     timed_out, why = False, None
     killed: set[int] = set()
     try:
@@ -180,7 +180,8 @@ def _launch_once(plan: list[SubCheck], world_size: int, device, *, timeout: floa
             log.close()
     reports = [_rank_report(out, rank, proc, rank in killed) for rank, proc in enumerate(procs)]
     return LaunchResult(world_size, device.dist_backend, port, reports, [c.name for c in plan],
-                        timed_out, timeout, time.monotonic() - start, str(out), why or "")
+                        timed_out, timeout, time.monotonic() - start, str(out), why or "",
+                        began)
 
 
 def _progress_key(out: Path, world_size: int) -> tuple:
@@ -255,4 +256,5 @@ def _rank_report(out: Path, rank: int, proc: subprocess.Popen, killed: bool) -> 
     log_tail = "" if state == "finished" and proc.returncode == 0 else tail(out / f"rank{rank}.log")
     return RankReport(rank=rank, pid=proc.pid, exit_code=proc.returncode, state=state,
                       current=data.get("current"), results=data.get("results", {}),
-                      killed=killed, stack=stack, log_tail=log_tail)
+                      killed=killed, stack=stack, log_tail=log_tail,
+                      device=str(data.get("device") or ""))

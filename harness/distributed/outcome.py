@@ -42,6 +42,7 @@ class RankReport:
     killed: bool = False
     stack: str = ""
     log_tail: str = ""
+    device: str = ""  # the torch device the rank made current (``npu:1``), "" before that
 
 
 @dataclasses.dataclass
@@ -55,6 +56,8 @@ class CheckOutcome:
     hung: list[int]           # ranks still inside this sub-check when they were killed
     not_reached: list[int]    # ranks that stopped (hung, crashed) before reaching it
     context: str = ""         # launch-level detail (timeouts, crashed ranks, logs)
+    devices: dict[int, str] = dataclasses.field(default_factory=dict)
+    """rank -> the device it ran on, as the rank reported it (``npu:1``)."""
 
     @property
     def ok(self) -> bool:
@@ -100,6 +103,7 @@ class LaunchResult:
     seconds: float
     out_dir: str
     why: str = ""  # why the watchdog killed the ranks
+    began: float = 0.0  # wall clock (``time.time()``) when the first rank was started
 
     @property
     def hung(self) -> list[int]:
@@ -157,16 +161,30 @@ class LaunchResult:
                 not_reached.append(report.rank)
         context = "" if not (hung or not_reached) else self.summary()
         return CheckOutcome(name, self.world_size, values, errors, sorted(hung),
-                            sorted(not_reached), context)
+                            sorted(not_reached), context,
+                            {r.rank: r.device for r in self.ranks if r.device})
 
     def outcomes(self) -> dict[str, CheckOutcome]:
         return {name: self.outcome(name) for name in self.checks}
 
     def to_json(self) -> dict:
+        """Everything :meth:`from_json` needs, plus ``hung`` and ``finished`` for readers."""
         return {"world_size": self.world_size, "backend": self.backend, "port": self.port,
-                "timed_out": self.timed_out, "seconds": round(self.seconds, 2),
+                "checks": list(self.checks), "timed_out": self.timed_out,
+                "timeout": self.timeout, "seconds": round(self.seconds, 2),
+                "out_dir": self.out_dir, "why": self.why, "began": self.began,
                 "hung": self.hung, "finished": self.finished,
                 "ranks": [dataclasses.asdict(r) for r in self.ranks]}
+
+    @classmethod
+    def from_json(cls, data: dict) -> LaunchResult:
+        """A launch another process made (Note [Distributed launches under xdist] in
+        :mod:`harness.distributed.cases`)."""
+        ranks = [RankReport(**report) for report in data["ranks"]]
+        return cls(data["world_size"], data["backend"], data["port"], ranks,
+                   list(data["checks"]), data["timed_out"], data["timeout"],
+                   data["seconds"], data["out_dir"], data.get("why", ""),
+                   data.get("began", 0.0))
 
 
 def _indent(text: str, n: int = 2) -> str:

@@ -3,14 +3,20 @@
 Tests are parametrised with :class:`harness.distributed.DistCase` values; the ``dist``
 fixture returns a case's :class:`~harness.distributed.CheckOutcome`. The first test of a
 world size launches every selected case of that size at once (Note [One launch per world
-size] in :mod:`harness.distributed.cases`).
+size] in :mod:`harness.distributed.cases`); under pytest-xdist the workers share those
+launches and take turns (Note [Distributed launches under xdist]).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Optional
+
 import pytest
 
-from harness.distributed import DistCase, Planner
+from harness.distributed import DistCase, Planner, one_at_a_time
+
+SHARED_FOLDER = "harness-dist-launches"
 
 
 def _selected_cases(session: pytest.Session) -> list[DistCase]:
@@ -23,22 +29,46 @@ def _selected_cases(session: pytest.Session) -> list[DistCase]:
 
 
 @pytest.fixture(scope="session")
-def dist_planner(request: pytest.FixtureRequest, device, settings) -> Planner:
+def dist_shared(request: pytest.FixtureRequest,
+                tmp_path_factory: pytest.TempPathFactory) -> Optional[Path]:
+    """The launches' store the xdist workers of this run share (None in one process):
+    beside the workers' own base temporary folders, under the controller's."""
+    if not hasattr(request.config, "workerinput"):
+        return None
+    shared = tmp_path_factory.getbasetemp().parent / SHARED_FOLDER
+    shared.mkdir(exist_ok=True)
+    return shared
+
+
+@pytest.fixture(scope="session")
+def dist_planner(request: pytest.FixtureRequest, device, settings, dist_shared) -> Planner:
     def wanted() -> list[DistCase]:
         return [case for case in _selected_cases(request.session)
                 if not device.is_accelerator or case.world_size <= device.count]
 
-    return Planner(device, wanted, timeout=settings.dist_timeout, seed=settings.seed)
+    return Planner(device, wanted, timeout=settings.dist_timeout, seed=settings.seed,
+                   shared=dist_shared)
 
 
 @pytest.fixture
-def dist(dist_planner: Planner, device):
-    """``dist(case)`` -> the case's outcome on every rank (skips past the device count)."""
+def dist_exclusive(dist_shared):
+    """``with dist_exclusive():`` a launch of the test's own (not through the planner)
+    that must not overlap another worker's (Note [Distributed launches under xdist])."""
+    return lambda: one_at_a_time(dist_shared)
+
+
+@pytest.fixture
+def dist(dist_planner: Planner, device, results):
+    """``dist(case)`` -> the case's outcome on every rank (skips past the device count).
+    The test's records name the devices its ranks ran on (``info["rank_devices"]``)."""
 
     def outcome(case: DistCase):
         if device.is_accelerator and case.world_size > device.count:
             pytest.skip(f"world size {case.world_size} needs {case.world_size} "
                         f"{device.type} devices; {device.count} visible")
-        return dist_planner.outcome(case)
+        found = dist_planner.outcome(case)
+        results.context["rank_devices"] = [found.devices.get(rank, "")
+                                           for rank in range(case.world_size)]
+        return found
 
     return outcome

@@ -77,12 +77,13 @@ def run_two_nodes(out: Path, timeout: float = NODE_TIMEOUT) -> tuple[list, list[
     return [node.returncode for node in nodes], outputs, why
 
 
-def test_two_torchrun_nodes_on_loopback(device, results, tmp_path):
+def test_two_torchrun_nodes_on_loopback(device, results, tmp_path, dist_exclusive):
     if device.type != "cpu":
         pytest.skip("the loopback two-node run uses gloo on the CPU; on hardware run the "
                     "docs/distributed.md commands on two hosts")
     out = tmp_path / "results"
-    codes, outputs, why = run_two_nodes(out)
+    with dist_exclusive():  # no other xdist worker's launch meanwhile
+        codes, outputs, why = run_two_nodes(out)
     record_id = ids.record("distributed", "multinode", "none", "torchrun_2x1", "ws2")
     summary_path = out / "summary.json"
     if codes != [0, 0] or not summary_path.exists():
