@@ -30,6 +30,7 @@ THRESHOLDS = {  # the shape of harness.parity.thresholds.as_data()
             "max_rel_err": {"warning": 1.0, "error": 10.0,
                             "source": "msprobe 3-way: maximum relative error ratio"}},
     "memory": {"max_batch_ratio": {"below": 0.9, "source": "this suite: bisection"}},
+    "speed": {"throughput_ratio": {"below": 0.8, "source": "this suite: noise"}},
     "training": {"record rules": {"value": "per record", "source": "each record's rule"}},
 }
 
@@ -102,7 +103,36 @@ def test_terminal_lines_cut_at_limit_and_point_to_the_report():
     lines = report.terminal_lines(_parity("DIFFERENCES", diffs), limit=5)
     assert lines[0].startswith("PARITY: DIFFERENCES (exit 2)")
     assert sum("[difference]" in line for line in lines) == 5
-    assert "... 9 more in the report" in lines[-1]
+    assert "... 9 more group(s) in the report" in lines[-1]
+
+
+def _fallback_op():
+    """One op falling back to the host: 12 blocker records (dtype x direction x sample),
+    then a difference on another op."""
+    diffs = [_diff("ops", f"ops/exp/{dt}/{direction}/{sample}", "blocker", None,
+                   node=f"suites/ops/test_catalog.py::test_op[exp-{dt}]")
+             for dt in ("float32", "bfloat16") for direction in ("fwd", "bwd")
+             for sample in ("typical", "odd257", "scalar")]
+    return _parity("BLOCKERS", diffs + [_diff("ops", "ops/add/float16/fwd/typical")])
+
+
+def test_the_records_of_one_op_are_one_group_with_its_worst_records_command():
+    lines = report.terminal_lines(_fallback_op())
+    assert "13 difference(s) in 2 group(s), worst first:" in lines
+    line = next(x for x in lines if "[blocker]" in x)
+    assert "ops/exp (12 records: bfloat16, float32) worst ops/exp/float32/fwd/typical:" in line
+    assert sum("[blocker]" in x for x in lines) == 1 and sum("[difference]" in x for x in lines) == 1
+
+
+def test_html_and_markdown_list_every_record_of_a_group_with_its_command():
+    parity = _fallback_op()
+    page, text = report.html_page(parity), report.markdown(parity)
+    assert "Differences (13 records in 2 groups), worst first" in page
+    assert "<details><summary>the 12 records, each with its reproduce command" in page
+    assert "#### Every record (13)" in text
+    for diff in parity.differences:
+        assert f"<code>{diff.id}</code>" in page and f"`{diff.id}`" in text
+        assert diff.reproduce.replace("'", "&#x27;") in page and diff.reproduce in text
 
 
 def test_notes_on_how_the_runs_differ_are_shown_with_the_verdict(monkeypatch):
@@ -277,6 +307,25 @@ def test_heat_map_draws_every_metric_in_its_own_bands():
     assert at(1.5, "unknown_metric") == 1.5  # bands 1 and 2 where thresholds say nothing
     assert at(1.5, "rmse", "error") > 2 and at(3.0, "rmse", "warning") <= 2  # the judgement
     assert at(None, "rmse") is None and at(float("nan"), "rmse") is None
+
+
+def test_heat_map_shows_status_blockers_and_bars_show_their_thresholds():
+    pytest.importorskip("matplotlib")
+    from harness.report import parity_plots
+
+    parity = _fallback_op()
+    parity.differences[0] = Difference(
+        section="ops", id="ops/exp/float32/fwd/typical", severity="blocker",
+        summary="passes on cpu, fallback here", reference={"status": "pass"},
+        here={"status": "fallback"}, ratio=None, reproduce="python -m pytest x")
+    assert parity_plots.status_cells(parity)[("exp", "float32")] == "fallback"
+    title, svg = parity_plots.op_heatmap(parity)
+    assert ">fallback<" in svg and "dark: blocker, fallback here where the reference passes" \
+        in title
+    assert svg.index(">exp<") < svg.index(">mm<")  # blockers are the top rows
+    _, bars = parity_plots.speed_bars(parity)
+    _, memory = parity_plots.memory_bars(parity)
+    assert "threshold 0.8" in bars and "threshold 0.9" in memory
 
 
 # --------------------------------------------------------------------------- browser

@@ -14,9 +14,11 @@ Nothing here judges: the verdict, the ranking and every number are the compariso
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any, Optional, Union
 
+from harness import ids
 from harness.parity.model import SECTIONS, Difference, Parity, RunSide
 
 SECTION_TITLES = {"ops": "Ops", "training": "Training", "memory": "Memory", "speed": "Speed",
@@ -97,23 +99,106 @@ def fmt_value(value: Any) -> str:
     return "-" if value is None or value == "" else str(value)
 
 
+# ---------------------------------------------------------------------------- groups
+
+# Note [Parity groups]
+# ~~~~~~~~~~~~~~~~~~~~
+# The comparison ranks differences per record, and one missing kernel makes many: an op
+# that falls back to the host fails every dtype, sample and direction of its catalog rows
+# (30 records for one `exp`). A person decides per op, not per record (the go/no-go
+# report's Note [Report subjects]), so every view groups before it lists: a group is the
+# differences of one section and severity on one subject, the op (`ops/<op>`,
+# `opinfo/<op>`) for op records, :func:`harness.ids.subject_of` for the others. A group
+# keeps the rank of its worst member (the first, as the comparison ranked them), shows
+# that member's summary and reproduce command, and says how many records and which dtypes
+# it holds; the HTML and Markdown list every member with its own reproduce command below.
+
+@dataclasses.dataclass
+class Group:
+    """The differences of one section and severity on one subject (Note [Parity groups])."""
+
+    section: str
+    severity: str
+    subject: str
+    members: list[Difference]
+
+    @property
+    def worst(self) -> Difference:
+        return self.members[0]
+
+    @property
+    def dtypes(self) -> list[str]:
+        found = {p for d in self.members for p in d.id.split("/") if p in DTYPE_NAMES}
+        return sorted(found)
+
+    def label(self) -> str:
+        """``ops/exp (30 records: bfloat16, float16, float32)``; the id for one record."""
+        if len(self.members) == 1:
+            return self.worst.id
+        dtypes = f": {', '.join(self.dtypes)}" if self.dtypes else ""
+        return f"{self.subject} ({len(self.members)} records{dtypes})"
+
+
+DTYPE_NAMES = frozenset({"float64", "float32", "float16", "bfloat16", "complex64",
+                         "complex128", "int64", "int32", "int16", "int8", "uint8", "bool",
+                         "float16-amp", "bfloat16-amp"})
+
+
+def subject_of(diff: Difference) -> str:
+    parts = diff.id.split("/")
+    if parts[0] in ("ops", "opinfo") and len(parts) >= 3:
+        return "/".join(parts[:2])
+    return ids.subject_of(diff.id)
+
+
+def groups(parity: Parity, section: Optional[str] = None) -> list[Group]:
+    """The differences (of ``section``, or all) grouped, in the order of their worst member."""
+    found: dict[tuple[str, str, str], Group] = {}
+    for diff in parity.differences:
+        if section is not None and diff.section != section:
+            continue
+        key = (diff.section, diff.severity, subject_of(diff))
+        if key not in found:
+            found[key] = Group(*key, members=[])
+        found[key].members.append(diff)
+    return list(found.values())
+
+
+def _counted(diffs: list[Difference], found: list[Group]) -> str:
+    return (f"{len(diffs)}" if len(found) == len(diffs)
+            else f"{len(diffs)} records in {len(found)} groups")
+
+
+def _what(group: Group) -> str:
+    """The worst record's summary, and where the group holds more, which one it is."""
+    if len(group.members) == 1:
+        return group.worst.summary
+    return f"{group.worst.id}: {group.worst.summary}"
+
+
 # ---------------------------------------------------------------------------- terminal
 
 def terminal_lines(parity: Parity, limit: int = 10) -> list[str]:
-    """The verdict line, the two runs, per-section counts, the top ``limit`` differences."""
+    """The verdict line, the two runs, per-section counts, the top ``limit`` groups of
+    differences (Note [Parity groups]), each with its worst record's reproduce command."""
     lines = [verdict_line(parity) + ": " + "; ".join(reasons(parity)),
              side_line("reference", parity.reference), side_line("here", parity.here)]
     lines += [f"NOTE {note}" for note in run_notes(parity)]
     lines += [section_line(parity, s) for s in SECTIONS]
-    if parity.differences:
-        lines.append(f"{len(parity.differences)} difference(s), worst first:")
-    for diff in parity.differences[:limit]:
+    found = groups(parity)
+    if found:
+        lines.append(f"{len(parity.differences)} difference(s) in {len(found)} group(s), "
+                     "worst first:")
+    for group in found[:limit]:
+        diff = group.worst
         ratio = f" ({fmt_ratio(diff.ratio)})" if diff.ratio is not None else ""
-        lines.append(f"  [{diff.severity}] {diff.section} {diff.id}: {diff.summary}{ratio}")
+        worst = f" worst {diff.id}:" if len(group.members) > 1 else ":"
+        lines.append(f"  [{diff.severity}] {diff.section} {group.label()}{worst} "
+                     f"{diff.summary}{ratio}")
         if diff.reproduce:
             lines.append(f"      {diff.reproduce}")
-    if len(parity.differences) > limit:
-        lines.append(f"  ... {len(parity.differences) - limit} more in the report "
+    if len(found) > limit:
+        lines.append(f"  ... {len(found) - limit} more group(s) in the report "
                      "(--html PATH or --md PATH)")
     return lines
 
@@ -272,13 +357,25 @@ def markdown(parity: Parity, pictures: Optional[dict[str, list[str]]] = None,
         if why:
             out += [f"> NOT COMPARED: {why}", ""]
         if diffs:
-            out += [f"### Differences ({len(diffs)}), worst first", "",
-                    "| # | severity | record | what differs | reference | here | ratio | "
-                    "reproduce |", "|---:|---|---|---|---|---|---:|---|"]
-            for index, d in enumerate(diffs, 1):
-                out.append(f"| {index} | {d.severity} | `{md_cell(d.id)}` | {md_cell(d.summary)}"
-                           f" | {md_cell(fmt_value(d.reference))} | {md_cell(fmt_value(d.here))}"
-                           f" | {fmt_ratio(d.ratio)} | `{md_cell(d.reproduce)}` |")
+            found = groups(parity, section)
+            out += [f"### Differences ({_counted(diffs, found)}), worst first", "",
+                    "| # | severity | subject | what differs (its worst record) | reference | "
+                    "here | ratio | reproduce (its worst record) |",
+                    "|---:|---|---|---|---|---|---:|---|"]
+            for index, group in enumerate(found, 1):
+                d = group.worst
+                out.append(f"| {index} | {d.severity} | `{md_cell(group.label())}` | "
+                           f"{md_cell(_what(group))} | {md_cell(fmt_value(d.reference))} | "
+                           f"{md_cell(fmt_value(d.here))} | {fmt_ratio(d.ratio)} | "
+                           f"`{md_cell(d.reproduce)}` |")
+            if len(found) < len(diffs):
+                out += ["", f"#### Every record ({len(diffs)})", "",
+                        "| # | record | what differs | ratio | reproduce |",
+                        "|---|---|---|---:|---|"]
+                for index, group in enumerate(found, 1):
+                    for k, d in enumerate(group.members, 1):
+                        out.append(f"| {index}.{k} | `{md_cell(d.id)}` | {md_cell(d.summary)} | "
+                                   f"{fmt_ratio(d.ratio)} | `{md_cell(d.reproduce)}` |")
         else:
             out.append("No difference beyond the thresholds." if parity.compared.get(section)
                        else "No difference (nothing compared).")
@@ -304,6 +401,8 @@ td.repro{background:#fafbfc;color:#444}
 .missing{background:#fff4e0;border-left:4px solid #b9770e;padding:6px 10px;margin:6px 0;
  font-weight:600}
 .count{font-weight:600;margin:4px 0}
+td.rid{min-width:15em}#thresholds td:first-child{white-space:nowrap}
+details summary{cursor:pointer;color:#1f5f8b}details table{margin:4px 0 2px}
 """
 
 
@@ -369,17 +468,33 @@ def _html_section(parity: Parity, section: str, pictures: list[tuple[str, str]])
     if why:
         out.append(f'<p class="missing">NOT COMPARED: {escape(why)}</p>')
     if diffs:
-        out.append(f"<h3>Differences ({len(diffs)}), worst first</h3>"
-                   "<table><tr><th>#</th><th>severity</th><th>record</th><th>what differs</th>"
-                   "<th>reference</th><th>here</th><th>ratio</th></tr>")
-        for index, d in enumerate(diffs, 1):
-            out.append(f'<tr class="{escape(d.severity)}"><td class="n">{index}</td>'
-                       f"<td>{escape(d.severity)}</td><td><code>{escape(d.id)}</code></td>"
-                       f"<td>{escape(d.summary)}</td><td>{escape(fmt_value(d.reference))}</td>"
+        found = groups(parity, section)
+        out.append(f"<h3>Differences ({escape(_counted(diffs, found))}), worst first</h3>"
+                   '<table class="diffs"><tr><th>#</th><th>severity</th><th>subject</th>'
+                   "<th>what differs (its worst record)</th><th>reference</th><th>here</th>"
+                   "<th>ratio</th></tr>")
+        for index, group in enumerate(found, 1):
+            d = group.worst
+            sev = escape(d.severity)
+            out.append(f'<tr class="{sev}"><td class="n">{index}</td><td>{sev}</td>'
+                       f'<td class="rid"><code>{escape(group.label())}</code></td>'
+                       f"<td>{escape(_what(group))}</td><td>{escape(fmt_value(d.reference))}</td>"
                        f"<td>{escape(fmt_value(d.here))}</td>"
                        f'<td class="n">{escape(fmt_ratio(d.ratio))}</td></tr>')
-            out.append(f'<tr class="{escape(d.severity)}"><td></td><td class="repro" colspan="6">'
-                       f"reproduce: <code>{escape(d.reproduce)}</code></td></tr>")
+            out.append(f'<tr class="{sev}"><td></td><td class="repro" colspan="6">reproduce'
+                       f"{' (its worst record)' if len(group.members) > 1 else ''}: "
+                       f"<code>{escape(d.reproduce)}</code></td></tr>")
+            if len(group.members) > 1:
+                rows = "".join(
+                    f'<tr><td class="rid"><code>{escape(m.id)}</code></td>'
+                    f"<td>{escape(m.summary)}</td>"
+                    f'<td class="n">{escape(fmt_ratio(m.ratio))}</td>'
+                    f"<td><code>{escape(m.reproduce)}</code></td></tr>" for m in group.members)
+                out.append(f'<tr class="{sev}"><td></td><td colspan="6"><details><summary>'
+                           f"the {len(group.members)} records, each with its reproduce command"
+                           "</summary><table><tr><th>record</th><th>what differs</th>"
+                           f"<th>ratio</th><th>reproduce</th></tr>{rows}</table></details>"
+                           "</td></tr>")
         out.append("</table>")
     else:
         out.append("<p>No difference beyond the thresholds.</p>" if parity.compared.get(section)

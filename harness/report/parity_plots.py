@@ -43,6 +43,7 @@ HEATMAP_OPS = 40
 PRECISION_COLOURS = {"float32": "#5b7fa6", "fp32": "#5b7fa6", "float16": "#e08a2e",
                      "fp16": "#e08a2e", "bfloat16": "#8e5ba6", "bf16": "#8e5ba6"}
 REFERENCE_GREY = "#b0b0b0"
+STATUS_COLOUR = "#2e2a4f"
 HERE_BLUE = "#1f5f8b"
 
 
@@ -128,18 +129,22 @@ def op_heatmap(parity: Parity, limit: int = HEATMAP_OPS) -> Plot:
         key = (str(row.get("op")), str(row.get("dtype")))
         if key not in worst or position > worst[key][0]:
             worst[key] = (position, float(row["ratio"]))
-    if not worst:
+    statuses = status_cells(parity)
+    if not worst and not statuses:
         return None
     plt = pyplot()
     import numpy as np
     from matplotlib.colors import BoundaryNorm, ListedColormap
+    from matplotlib.patches import Rectangle
 
     def op_worst(op: str) -> float:
+        if any(o == op for o, _ in statuses):
+            return math.inf  # a status difference (a blocker) ranks above any ratio
         return max(v[0] for (o, _), v in worst.items() if o == op)
 
-    everything = sorted({op for op, _ in worst})
+    everything = sorted({op for op, _ in worst} | {op for op, _ in statuses})
     ops = sorted(everything, key=lambda o: (-op_worst(o), o))[:limit]
-    dtypes = sorted({dt for _, dt in worst})
+    dtypes = sorted({dt for _, dt in worst} | {dt for _, dt in statuses})
     top = 16.0
     # a band's bins are [low, high): nudge the edges so that a ratio of exactly 1 (or 2)
     # takes the colour of the band it belongs to (<= 1 pass, <= 2 warning)
@@ -153,7 +158,7 @@ def op_heatmap(parity: Parity, limit: int = HEATMAP_OPS) -> Plot:
         for j, dt in enumerate(dtypes):
             if (op, dt) in worst:
                 grid[i, j] = min(max(worst[(op, dt)][0], edges[0]), top * 0.999)
-    fig, ax = plt.subplots(figsize=(1.1 * len(dtypes) + 3.6, 0.24 * len(ops) + 1.6))
+    fig, ax = plt.subplots(figsize=(max(1.1 * len(dtypes) + 3.6, 7.0), 0.24 * len(ops) + 1.9))
     ax.set_facecolor("#f2f2f2")  # no record of the op in that dtype
     image = ax.imshow(grid, aspect="auto", cmap=cmap, norm=norm, interpolation="nearest")
     ax.set_xticks(range(len(dtypes)), dtypes, rotation=30, ha="right")
@@ -161,6 +166,11 @@ def op_heatmap(parity: Parity, limit: int = HEATMAP_OPS) -> Plot:
                   fontsize=7)
     for i, op in enumerate(ops):
         for j, dt in enumerate(dtypes):
+            if (op, dt) in statuses:
+                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, color=STATUS_COLOUR))
+                ax.text(j, i, statuses[(op, dt)][:11], ha="center", va="center", fontsize=6,
+                        color="white")
+                continue
             if (op, dt) not in worst:
                 continue
             position, ratio = worst[(op, dt)]
@@ -175,11 +185,27 @@ def op_heatmap(parity: Parity, limit: int = HEATMAP_OPS) -> Plot:
     ax.set_title(f"worst error ratio per op x dtype: {parity.here.device_type} error / "
                  f"{parity.reference.device_type} error\n(same CPU reference; 3-way bands: "
                  "<= 1 pass, 1-2 warning, > 2 error;\nmax relative error: 1-10 warning, "
-                 "> 10 error, drawn on the same scale)", fontsize=8)
+                 "> 10 error, drawn on the same scale)", fontsize=9)
     shown = (f"{len(ops)} of {len(everything)} ops, worst first" if len(ops) < len(everything)
              else f"{len(ops)} ops")
-    return (f"Error-ratio heat map ({shown}; the number: the ratio, shown above 1; grey: not "
-            "recorded in that dtype)", to_svg(fig))
+    dark = (f"; dark: {', '.join(sorted({v for v in statuses.values()}))} here where the "
+            "reference passes" if statuses else "")
+    return (f"Error-ratio heat map ({shown}; the number: the ratio, shown above 1{dark}; "
+            "grey: not recorded in that dtype)", to_svg(fig))
+
+
+def status_cells(parity: Parity) -> dict[tuple[str, str], str]:
+    """Op x dtype cells where an op record has a status difference (it passes on the
+    reference device, falls back, is unsupported or errors here): the blockers of the
+    ops section, which have no error ratio. The word is this device's status."""
+    cells: dict[tuple[str, str], str] = {}
+    for diff in parity.differences:
+        parts = diff.id.split("/")
+        if diff.section != "ops" or diff.ratio is not None or len(parts) < 3:
+            continue
+        status = diff.here.get("status") if isinstance(diff.here, dict) else None
+        cells.setdefault((parts[1], parts[2]), str(status or diff.severity))
+    return cells
 
 
 # ------------------------------------------------------------------------- training
@@ -243,6 +269,11 @@ def memory_bars(parity: Parity) -> Plot:
         for i, (_, r) in enumerate(rows):
             ax.text(r, i, f" {r:.2g}", va="center", fontsize=7)
         ax.axvline(1.0, color="black", lw=0.8)
+        limit = (_threshold(parity, "memory", "max_batch_ratio", "below") if lower_is_worse
+                 else _threshold(parity, "memory", "peak_ratio", "above"))
+        if limit is not None:
+            ax.axvline(limit, color="#c0392b", lw=0.9, ls="--", label=f"threshold {limit:g}")
+            ax.legend(fontsize=7, loc="lower right")
         ax.set_yticks(range(len(rows)), [_short(i) for i, _ in rows], fontsize=7)
         ax.invert_yaxis()
         ax.set_xlim(0, max(1.2, max(r for _, r in rows) * 1.2))
@@ -298,6 +329,9 @@ def speed_bars(parity: Parity) -> Plot:
                     fontsize=7)
         top = max([top] + [x * 1.3 for x in xs])
     ax.axvline(1.0, color="black", lw=0.8)
+    limit = _threshold(parity, "speed", "throughput_ratio", "below")
+    if limit is not None:
+        ax.axvline(limit, color="#c0392b", lw=0.9, ls="--", label=f"threshold {limit:g}")
     ax.set_xlim(0, top)
     ax.set_yticks(range(len(benches)), [_short(b) for b in benches], fontsize=7)
     ax.invert_yaxis()
@@ -310,6 +344,14 @@ def speed_bars(parity: Parity) -> Plot:
 def precision_order(precision: str) -> tuple:
     """fp32 first, then the lower precisions (fp16/bf16, with or without AMP)."""
     return precision.split("-")[0] not in ("float32", "fp32"), precision
+
+
+def _threshold(parity: Parity, section: str, name: str, key: str) -> Optional[float]:
+    """A ratio threshold from the comparison's thresholds (``memory.max_batch_ratio.below``),
+    drawn on its bars; None when the thresholds do not hold it."""
+    group = parity.thresholds.get(section) if isinstance(parity.thresholds, dict) else None
+    entry = group.get(name) if isinstance(group, dict) else None
+    return _finite(entry.get(key)) if isinstance(entry, dict) else None
 
 
 def _short(text: str, limit: int = 44) -> str:
