@@ -39,8 +39,11 @@ def reasons(parity: Parity) -> list[str]:
     compared = sum(parity.compared.values())
     out = []
     if blockers:
-        out.append(f"{len(blockers)} blocker(s), the migration must work around them: "
-                   + _by_section(blockers))
+        found = [g for g in groups(parity) if g.severity == "blocker"]
+        named = ", ".join(f"{g.subject} ({len(g.members)})" for g in found[:8])
+        more = f", {len(found) - 8} more" if len(found) > 8 else ""
+        out.append(f"{len(blockers)} blocker(s) in {len(found)} group(s), the migration must "
+                   f"work around them: {named}{more}")
     if others:
         out.append(f"{len(others)} difference(s) beyond the thresholds: " + _by_section(others))
     if not parity.differences:
@@ -54,7 +57,7 @@ def reasons(parity: Parity) -> list[str]:
 def run_notes(parity: Parity) -> list[str]:
     """How the two runs differ in what they measured (seeds, selections, injected faults):
     compared all the same, and said wherever the verdict is."""
-    return list(getattr(parity, "notes", None) or [])
+    return list(parity.notes)
 
 
 def _by_section(diffs: list[Difference]) -> str:
