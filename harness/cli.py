@@ -243,8 +243,24 @@ def _cmd_faults(args: argparse.Namespace) -> int:
             print(f"{fault.name:<{width}}  [{fault.family}] {fault.description}")
         return 0
     progress = None if args.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
-    clean, found = fault_check.check(selected, root=ROOT, device=args.device, jobs=args.jobs,
-                                     timeout=args.timeout, progress=progress)
+    if args.parity_reference:
+        if args.parity_reference == args.device:
+            raise SystemExit(f"error: --parity-reference {args.parity_reference} is --device "
+                             "too: parity compares two device types (e.g. --device npu "
+                             "--parity-reference cpu)")
+        selected = [f for f in selected if f.parity]
+        if not selected:
+            raise SystemExit("error: no parity fault selected (faults with a parity "
+                             "section: " + ", ".join(f.name for f in known.values()
+                                                       if f.parity) + ")")
+        clean, found = fault_check.check_parity(selected, root=ROOT, device=args.device,
+                                                reference=args.parity_reference,
+                                                jobs=args.jobs, timeout=args.timeout,
+                                                progress=progress)
+    else:
+        clean, found = fault_check.check(selected, root=ROOT, device=args.device,
+                                         jobs=args.jobs, timeout=args.timeout,
+                                         progress=progress)
     if args.json:
         print(json.dumps(fault_check.report_json(clean, found), indent=1))
     else:
@@ -586,6 +602,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="Fault runs in parallel. Default: 2")
     faults.add_argument("--timeout", type=float, default=900.0, metavar="SECONDS",
                         help="Kill one run after this long. Default: 900")
+    faults.add_argument("--parity-reference", default=None, choices=kinds.choices(),
+                        metavar="TYPE",
+                        help="Prove the parity faults instead: each shows in its section "
+                             "of a parity comparison with a clean run on this device type "
+                             "(docs/parity.md). Default: off")
     faults.set_defaults(func=_cmd_faults)
 
     ops = sub.add_parser("ops", help="Op catalog tables: keyword coverage, NaN/Inf coverage")

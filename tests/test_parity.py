@@ -410,3 +410,27 @@ def test_each_injected_fault_shows_in_its_section_and_turns_the_verdict(recordin
     for fault, (section, record_id, severity) in PARITY_FAULTS.items():
         assert found.get(record_id) == (section, severity), (fault, found)
     assert any(n.startswith("FAULTS INJECTED") for n in parity.notes)
+
+
+# ------------------------------------------------------------------- parity faults
+
+def test_every_parity_fault_names_a_section_and_the_five_kinds_are_there():
+    from harness import faults
+    from harness.parity.model import SECTIONS
+
+    parity_faults = {f.name: f.parity for f in faults.registry().values() if f.parity}
+    assert set(parity_faults.values()) <= set(SECTIONS)
+    assert set(PARITY_FAULTS) <= set(parity_faults)  # the end-to-end test injects them
+
+
+def test_a_parity_fault_is_caught_only_by_a_difference_in_its_own_section():
+    from harness import faults
+    from harness.faults.check import FaultResult, RunOutcome
+
+    fault = faults.resolve("memory.mm_hidden_workspace")
+    outcome = RunOutcome(0, {"t": "passed"}, 1.0, "")
+    elsewhere = compare(full(CPU), full(NPU, o=op(rmse=5e-8)))
+    there = compare(full(CPU), full(NPU, m=memory(max_batch=100)))
+    assert not FaultResult(fault, outcome, elsewhere).caught
+    caught = FaultResult(fault, outcome, there)
+    assert caught.caught and caught.caught_by == ["memory: memory/oom_threshold/mlp/float32/none"]

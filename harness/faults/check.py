@@ -45,9 +45,15 @@ class RunOutcome:
 class FaultResult:
     fault: Fault
     run: RunOutcome
+    parity: Optional[object] = None
+    """Parity mode (:func:`check_parity`): the faulted run's
+    :class:`~harness.parity.model.Parity` against the clean run of the reference device."""
 
     @property
     def caught_by(self) -> list[str]:
+        if self.parity is not None:  # Note [Parity faults]
+            return [f"{d.section}: {d.id}" for d in self.parity.differences
+                    if d.section == self.fault.parity]
         return self.run.failed
 
     @property
@@ -59,6 +65,8 @@ class FaultResult:
         """False when every check of the fault was skipped on this device (e.g. a
         world size 4 distributed check on a host with 2 devices): then the fault can
         be neither caught nor missed here, and is reported as not applicable."""
+        if self.parity is not None:
+            return True
         outcomes = self.run.outcomes.values()
         return not outcomes or any(o != "skipped" for o in outcomes)  # nothing ran: a miss
 
@@ -266,6 +274,105 @@ def check(selected: Sequence[Fault], *, root: Path, device: str = "cpu", jobs: i
     return _merge(cleans), found
 
 
+# Note [Parity faults]
+# ~~~~~~~~~~~~~~~~~~~~
+# A parity fault (``Fault.parity``: a section) must show where a person migrating would
+# look: in that section of a parity comparison (harness.parity) of a faulted run on this
+# device with a clean run on another device type. ``faults check --parity-reference TYPE``
+# proves it: the fault's checks run clean on TYPE and clean on ``--device`` (the two clean
+# runs must be at PARITY: a "clean" pair that already differs proves nothing), then with
+# the fault on ``--device``; the fault is caught when the comparison of the faulted run with
+# TYPE's clean run has a difference in the fault's section. Runs record no baseline
+# (``--baseline off``): parity reads the runs' own results files.
+
+
+def _load_run(results_dir: Path):
+    """The results file a run wrote in ``results_dir`` (None when it wrote none)."""
+    from harness import results
+
+    files = sorted(results_dir.glob("*.json"))
+    try:
+        return results.load(files[-1]) if files else None
+    except results.SchemaError:
+        return None
+
+
+def check_parity(selected: Sequence[Fault], *, root: Path, device: str, reference: str,
+                 jobs: int = 2, timeout: float = 900.0,
+                 progress=None) -> tuple[RunOutcome, list[FaultResult]]:
+    """Prove each parity fault (those with ``Fault.parity``) shows in its section of a
+    parity comparison (Note [Parity faults]). The returned clean outcome is green when the
+    clean pair is at PARITY."""
+    from harness.parity import ParityError, compare
+
+    say = progress or (lambda _msg: None)
+    faults = [f for f in selected if f.parity]
+    groups: dict[tuple[str, ...], list[Fault]] = {}
+    for fault in faults:
+        groups.setdefault(tuple(fault.pytest_args), []).append(fault)
+    with tempfile.TemporaryDirectory(prefix="harness-parity-faults-") as tmp:
+        work = Path(tmp)
+
+        def clean(item: tuple[int, tuple[str, ...], str]) -> RunOutcome:
+            index, args, on = item
+            checks = list(dict.fromkeys(c for f in groups[args] for c in f.checks))
+            outcome = run_pytest([*checks, *args, "--device", on, "--baseline", "off"],
+                                 work / f"clean{index}-{on}", root=root, timeout=timeout)
+            say(f"clean run on {on} {' '.join(args) or '(default options)'}: exit "
+                f"{outcome.exit_code}, {len(outcome.outcomes)} tests, {outcome.seconds:.0f} s")
+            return outcome
+
+        def one(item: tuple[int, Fault]) -> FaultResult:
+            index, fault = item
+            outcome = run_pytest([*fault.checks, *fault.pytest_args, "--device", device,
+                                  "--inject-fault", fault.name, "--baseline", "off"],
+                                 work / f"fault{index}", root=root, timeout=timeout)
+            group = list(groups).index(tuple(fault.pytest_args))
+            ref, here = (_load_run(work / f"clean{group}-{reference}"),
+                         _load_run(work / f"fault{index}"))
+            try:
+                parity = compare(ref, here) if ref is not None and here is not None else None
+            except ParityError as exc:
+                outcome.output += f"\n[faults check] parity: {exc}"
+                parity = None
+            result = FaultResult(fault, outcome, parity)
+            if parity is None:  # nothing to compare: a miss, with the run's output
+                result.parity = _NO_PARITY
+            say(f"{fault.name}: {'caught' if result.caught else 'NOT CAUGHT'} in "
+                f"{fault.parity} ({result.parity.verdict}, {outcome.seconds:.0f} s)")
+            return result
+
+        items = [(i, args, on) for i, args in enumerate(groups) for on in (reference, device)]
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            cleans = list(pool.map(clean, items))
+            found = list(pool.map(one, list(enumerate(faults))))
+        merged = _merge(cleans)
+        for index, _ in enumerate(groups):
+            ref = _load_run(work / f"clean{index}-{reference}")
+            here = _load_run(work / f"clean{index}-{device}")
+            try:
+                pair = compare(ref, here) if ref is not None and here is not None else None
+            except ParityError as exc:
+                merged.output += f"\n[faults check] clean pair: {exc}"
+                pair = None
+            if pair is None or pair.verdict != "PARITY":
+                merged.exit_code = merged.exit_code or 1
+                merged.output += ("\n[faults check] the clean pair is not at PARITY: " + (
+                    "; ".join(d.summary for d in pair.differences) if pair else "no results"))
+    return merged, found
+
+
+@dataclasses.dataclass(frozen=True)
+class _NoParity:
+    """What a faulted run that could not be compared reports (caught by nothing)."""
+
+    verdict: str = "NOT COMPARED"
+    differences: tuple = ()
+
+
+_NO_PARITY = _NoParity()
+
+
 def _merge(runs: Sequence[RunOutcome]) -> RunOutcome:
     """Several clean runs as one: worst exit code, all outcomes, summed time."""
     outcomes: dict[str, str] = {}
@@ -295,8 +402,13 @@ def report_json(clean: RunOutcome, found: Sequence[FaultResult]) -> dict:
 
 
 def report_text(clean: RunOutcome, found: Sequence[FaultResult]) -> str:
-    lines = [f"clean run: {'green' if clean_ok(clean) else 'NOT GREEN'} "
-             f"({len(clean.outcomes)} tests, {clean.seconds:.0f} s)"]
+    parity = any(r.parity is not None for r in found)  # Note [Parity faults]
+    what = ("clean pair: PARITY" if clean_ok(clean) else "clean pair: NOT AT PARITY") \
+        if parity else f"clean run: {'green' if clean_ok(clean) else 'NOT GREEN'}"
+    lines = [f"{what} ({len(clean.outcomes)} tests, {clean.seconds:.0f} s)"]
+    if parity and not clean_ok(clean):
+        lines += [f"  {line}" for line in clean.output.splitlines()
+                  if line.startswith("[faults check]")]
     lines += [f"  failed clean: {n}" for n in clean.failed]
     if not clean.outcomes:
         lines.append("  the clean run ran no test; its output ends:")

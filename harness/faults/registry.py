@@ -36,6 +36,10 @@ class Fault:
         exclusive: its runs (and their clean run) must have the machine to themselves:
             timing faults, whose checks a parallel run would slow (``faults check`` runs
             them one at a time after the others).
+        parity: the parity section (:data:`harness.parity.model.SECTIONS`) this fault
+            must show in when a faulted run is compared with a clean run of another
+            device type (``faults check --parity-reference TYPE``); empty: not a parity
+            fault.
     """
 
     name: str
@@ -45,12 +49,13 @@ class Fault:
     activate: Callable[[Any], ContextManager[Any]]
     pytest_args: tuple[str, ...] = ()
     exclusive: bool = False
+    parity: str = ""
 
 
 def perturb_op(name: str, *, family: str, description: str, op: str,
                transform: Callable[[Any, tuple, dict], Any], checks: Sequence[str],
                dtypes: Optional[Iterable[str]] = None,
-               pytest_args: Sequence[str] = ()) -> Fault:
+               pytest_args: Sequence[str] = (), parity: str = "") -> Fault:
     """A fault that changes one aten op's output inside the DUT scope.
 
     Args:
@@ -58,30 +63,34 @@ def perturb_op(name: str, *, family: str, description: str, op: str,
         transform: ``(out, args, kwargs) -> new_out``; runs with the fault's dispatch
             mode switched off, so it may call torch freely.
         dtypes: restrict to outputs whose first tensor has one of these dtype names.
+        parity: the parity section it must show in (:class:`Fault`).
     """
     wanted = frozenset(dtypes) if dtypes is not None else None
 
     def activate(_device):
         return _PerturbMode(op, transform, wanted)
 
-    return Fault(name, family, description, tuple(checks), activate, tuple(pytest_args))
+    return Fault(name, family, description, tuple(checks), activate, tuple(pytest_args),
+                 parity=parity)
 
 
 def patch_attr(name: str, *, family: str, description: str, target: str,
                replace: Callable[[Any], Any], checks: Sequence[str],
-               pytest_args: Sequence[str] = ()) -> Fault:
+               pytest_args: Sequence[str] = (), parity: str = "") -> Fault:
     """A fault that replaces a Python-level torch API inside the DUT scope.
 
     Args:
         target: dotted path, e.g. ``torch.nn.functional.batch_norm`` or
             ``torch.optim.Adam.step``.
         replace: ``original -> replacement``.
+        parity: the parity section it must show in (:class:`Fault`).
     """
 
     def activate(_device):
         return _patched(target, replace)
 
-    return Fault(name, family, description, tuple(checks), activate, tuple(pytest_args))
+    return Fault(name, family, description, tuple(checks), activate, tuple(pytest_args),
+                 parity=parity)
 
 
 # ----------------------------------------------------------------------- mechanisms

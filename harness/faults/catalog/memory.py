@@ -77,6 +77,7 @@ MM_HIDDEN_WORKSPACE = perturb_op(
     checks=(f"{_CKPT}::test_plain_step_peak[mlp]",
             f"{_CKPT}::test_checkpoint_saving[mlp-non_reentrant]",
             f"{_OOM}::test_max_batch_under_cap[mlp-none]"),
+    parity="memory",
 )
 
 FAULTS = [CHECKPOINT_KEEPS_ACTIVATIONS, RETAINS_TENSOR_PER_STEP, MM_HIDDEN_WORKSPACE]

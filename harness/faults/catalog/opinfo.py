@@ -27,7 +27,7 @@ CUMSUM_UNSUPPORTED = perturb_op(
     description="the DUT stops supporting cumsum (NotImplementedError: no kernel), as after "
                 "an upgrade that drops an op",
     op="aten.cumsum", transform=_no_kernel,
-    checks=(f"{SLICE}[cumsum-float32]",),
+    checks=(f"{SLICE}[cumsum-float32]",), parity="ops",
 )
 
 
@@ -44,7 +44,7 @@ SORT_FALLBACK = perturb_op(
     description="sort silently runs on the host CPU: torch_npu's 'will fall back to run on "
                 "the CPU' warning, correct numbers",
     op="aten.sort", transform=_falls_back,
-    checks=(f"{SLICE}[sort-float32]",),
+    checks=(f"{SLICE}[sort-float32]",), parity="ops",
 )
 
 

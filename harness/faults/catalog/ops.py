@@ -46,7 +46,7 @@ EXP_REL_ERROR = perturb_op(
     description="aten.exp returns fp32 results with a relative error of 1e-4",
     op="aten.exp.default", dtypes=("float32",),
     transform=lambda out, args, kwargs: out * (1 + 1e-4),
-    checks=(f"{SUITE}::test_op[exp-float32]",),
+    checks=(f"{SUITE}::test_op[exp-float32]",), parity="ops",
 )
 
 SOFTMAX_NO_MAX = perturb_op(
