@@ -339,3 +339,51 @@ def test_skew_verdict_names_the_late_rank_and_the_variable():
     assert ignored.status == "fail" and "ignores its timeout" in ignored.message
     slow = judge_skew(_skew_values(False, 20.0), expect_complete=False)
     assert slow.status == "fail" and "bounded time" in slow.message
+
+
+def test_rank_init_verdict_fails_without_the_construction_broadcast():
+    values = _ddp_values(["a", "b", "c", "d", "e"])
+    for rank, value in values.items():
+        value.update(init_hash=f"seed{rank}", constructed_err=0.0)
+    assert judge_ddp(values, dtype="float32", variant="rank_init", steps=5,
+                     world_size=2).status == "pass"
+    values[1]["constructed_err"] = 0.3
+    missed = judge_ddp(values, dtype="float32", variant="rank_init", steps=5, world_size=2)
+    assert missed.status == "fail" and "did not broadcast rank 0's" in missed.message
+    values[1].update(constructed_err=0.0, init_hash="seed0")
+    blind = judge_ddp(values, dtype="float32", variant="rank_init", steps=5, world_size=2)
+    assert blind.status == "fail" and "could not see a missing broadcast" in blind.message
+
+
+def test_pipeline_verdict_names_the_stage_and_what_differs():
+    from harness.distributed.judge import judge_pipeline
+
+    def stage(rank, recv_grad=1e-7):
+        last = rank == 1
+        return {"stage": rank, "transport": "send_recv", "out_err": [1e-7, 1e-7],
+                "recv_grad_err": [] if last else [recv_grad, recv_grad],
+                "grad_err": [1e-7, 1e-7], "param_err": [1e-7, 1e-7],
+                "loss_err": [1e-8, 1e-8] if last else []}
+
+    assert judge_pipeline({0: stage(0), 1: stage(1)}).status == "pass"
+    dropped = judge_pipeline({0: stage(0, recv_grad=1.0), 1: stage(1)})
+    assert dropped.status == "fail" and "gradients a stage received" in dropped.message
+    assert "stage 0, step 0" in dropped.message
+
+
+def test_all_to_all_references_route_chunks_by_rank():
+    import numpy as np
+
+    from harness.distributed.checks import _reference, _splits
+
+    inputs = [np.array([0, 1, 2, 3]), np.array([10, 11, 12, 13])]
+    even, _ = _reference("all_to_all_single", inputs, 1, 2, 4)
+    assert even.tolist() == [2, 3, 12, 13]  # chunk 1 of each rank, in rank order
+    splits = _splits(2, 2)  # rank r sends splits[r][d] elements to rank d
+    assert splits == [[1, 0], [2, 1]]
+    uneven = [np.array([0]), np.array([10, 11, 12])]
+    assert _reference("all_to_all_single_uneven", uneven, 0, 2, 2)[0].tolist() == [0, 10, 11]
+    assert _reference("all_to_all_single_uneven", uneven, 1, 2, 2)[0].tolist() == [12]
+    stack = [np.array([1.0, 2.0]), np.array([3.0, 5.0])]
+    avg, bound = _reference("reduce_scatter_tensor_avg", stack, 1, 2, 2)
+    assert avg.tolist() == [3.5] and bound.tolist() == [3.5]

@@ -115,7 +115,20 @@ DDP_VARIANTS = {
     "small_buckets": {"bucket_cap_mb": 0.004},  # 4 KB < fc2.weight's 16 KiB
     "no_sync": {},
     "join": {},
+    "rank_init": {},  # each rank seeds its model differently (Note [Rank-different init])
+    "static_graph": {"static_graph": True, "bucket_cap_mb": 0.004},  # several buckets
 }
+
+# Note [Rank-different init]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~
+# Real jobs seed each rank's model however they like; DDP makes them one model by
+# broadcasting rank 0's parameters and buffers when it is constructed. Seeding every rank
+# the same would let a backend whose construction-time broadcast does nothing pass, so
+# the ``rank_init`` variant seeds rank r with ``seed + r`` before building the model: its
+# reference is rank 0's model (rebuilt from ``seed`` on every rank), the parameters must
+# equal it bit for bit right after construction (a broadcast copies bytes), and training
+# must then match as for ``plain``. The ranks' pre-construction hashes are returned so
+# the verdict can tell the seeds really differed.
 
 
 # ------------------------------------------------------------------ DDP training
@@ -128,21 +141,34 @@ def ddp_train(ctx, variant: str = "plain", dtype: str = "float32", steps: int = 
     step) and parameter error (after it) against the reference, and a hash of this
     rank's parameters (ranks must agree bit for bit); then the same after training.
     ``no_sync`` accumulates 2 micro-batches per step; ``join`` gives rank r
-    ``steps - 2 + r`` steps (uneven inputs) under ``Join``.
+    ``steps - 2 + r`` steps (uneven inputs) under ``Join``; ``rank_init`` seeds each rank
+    differently and adds ``init_hash`` (before DDP) and ``constructed_err`` (after it,
+    against rank 0's model; Note [Rank-different init]).
     """
     from torch.distributed.algorithms.join import Join
 
     ws, rank = ctx.world_size, ctx.rank
     torch_dtype = dtypes.BY_NAME[dtype]
-    torch.manual_seed(ctx.seed)
+    rank_init = variant == "rank_init"
+    torch.manual_seed(ctx.seed + (rank if rank_init else 0))
     model = MLP(unused=variant == "unused_params")
-    reference = copy.deepcopy(model).double()
+    if rank_init:  # the reference is rank 0's model (Note [Rank-different init])
+        init_hash = _param_hash(model)
+        torch.manual_seed(ctx.seed)
+        reference = MLP().double()
+    else:
+        reference = copy.deepcopy(model).double()
     ref_opt = torch.optim.SGD(reference.parameters(), lr=lr)
     micro = 2 if variant == "no_sync" else 1
     all_steps = [steps - 2 + r if variant == "join" else steps for r in range(ws)]
     with ctx.device.scope():
         net = _ddp(ctx, model.to(ctx.torch_device, torch_dtype), **DDP_VARIANTS[variant])
         opt = torch.optim.SGD(net.parameters(), lr=lr)
+    extra = {}
+    if rank_init:
+        extra = {"init_hash": init_hash,
+                 "constructed_err": _max_err(zip(net.module.parameters(),
+                                                 reference.parameters()))}
     grad_err, param_err, hashes = [], [], []
     unused_grad = 0.0
     rows = local_batch * micro
@@ -186,7 +212,7 @@ def ddp_train(ctx, variant: str = "plain", dtype: str = "float32", steps: int = 
     return {"grad_err": grad_err, "param_err": param_err, "param_hash": hashes,
             "final_param_err": _max_err(zip(net.module.parameters(), reference.parameters())),
             "final_hash": _param_hash(net.module), "steps_run": all_steps[rank],
-            "unused_grad_max": unused_grad}
+            "unused_grad_max": unused_grad, **extra}
 
 
 def ddp_amp(ctx, steps: int = 5, local_batch: int = 8, lr: float = 0.05):
@@ -332,6 +358,52 @@ def _np(t: torch.Tensor) -> np.ndarray:
 COLLECTIVE_OPS = ("all_reduce_sum", "all_reduce_avg", "all_reduce_max", "all_gather",
                   "reduce_scatter", "broadcast")
 
+# Note [Sharding collectives]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# The collectives of sharded training (FSDP, mixture-of-experts, sequence parallel): one
+# flat tensor in, one out, with offsets the backend computes. all_to_all_single sends
+# chunk d of rank r's input to rank d, evenly or by ``input_split_sizes`` /
+# ``output_split_sizes`` (``_splits``: uneven, one split zero); ``all_to_all`` is the
+# list form; all_gather_into_tensor and reduce_scatter_tensor (sum, avg) are the flat
+# forms of all_gather and reduce_scatter. What can go wrong is where the bytes land (a
+# chunk swapped, a split cut short, an average not divided), which shows at any size
+# past one element per rank, so they run at SHARDING_SIZES: the 1M-element size of
+# COLLECTIVE_SIZES is the family's cost driver, and the transport it exercises is
+# all_gather's and reduce_scatter's, already checked there.
+SHARDING_OPS = ("all_to_all_single", "all_to_all_single_uneven", "all_to_all",
+                "all_gather_into_tensor", "reduce_scatter_tensor_sum",
+                "reduce_scatter_tensor_avg")
+SHARDING_SIZES = (1, 1000)
+
+# Torch 2.13 deprecates all_gather_into_tensor / reduce_scatter_tensor (a FutureWarning
+# per call) for all_gather_single / reduce_scatter_single; the first name the running
+# torch has is used, and recorded (``api``).
+FLAT_APIS = {"all_gather_into_tensor": ("all_gather_single", "all_gather_into_tensor"),
+             "reduce_scatter_tensor": ("reduce_scatter_single", "reduce_scatter_tensor")}
+
+
+def _flat_api(name: str) -> str:
+    """The name torch.distributed gives the flat collective ``name`` on this torch."""
+    return next(api for api in FLAT_APIS[name] if hasattr(dist, api))
+
+
+def _splits(ws: int, size: int) -> list[list[int]]:
+    """``splits[r][d]``: how many elements rank r sends rank d in the uneven
+    all_to_all_single; uneven across ranks and peers, and some zero."""
+    unit = max(1, size // ws)
+    return [[unit * ((r + 2 * d + 1) % (ws + 1)) for d in range(ws)] for r in range(ws)]
+
+
+def _input_size(op: str, rank: int, ws: int, size: int) -> int:
+    """Rank ``rank``'s input length for ``op`` at ``size`` (rounded up to ws chunks where
+    the op splits its input evenly)."""
+    if op == "all_to_all_single_uneven":
+        return sum(_splits(ws, size)[rank])
+    if op in ("reduce_scatter", "all_to_all_single", "all_to_all") or \
+            op.startswith("reduce_scatter_tensor"):
+        return -(-size // ws) * ws
+    return size
+
 
 def _run_collective(ctx, op: str, x: torch.Tensor, size: int):
     """The DUT collective on this rank's input; returns the tensor(s) to compare."""
@@ -355,13 +427,42 @@ def _run_collective(ctx, op: str, x: torch.Tensor, size: int):
         t = x.to(dev, copy=True)
         dist.broadcast(t, src=ws - 1)  # the last rank: a backend that ignores src shows
         return t
+    if op == "all_to_all_single":
+        out = torch.empty_like(x, device=dev)
+        dist.all_to_all_single(out, x.to(dev))
+        return out
+    if op == "all_to_all_single_uneven":
+        splits = _splits(ws, size)
+        sends = splits[ctx.rank]
+        receives = [splits[r][ctx.rank] for r in range(ws)]
+        out = torch.empty(sum(receives), dtype=x.dtype, device=dev)
+        dist.all_to_all_single(out, x.to(dev), output_split_sizes=receives,
+                               input_split_sizes=sends)
+        return out
+    if op == "all_to_all":
+        ins = list(x.to(dev).chunk(ws))
+        outs = [torch.empty_like(t) for t in ins]
+        dist.all_to_all(outs, ins)
+        return torch.cat(outs)
+    if op == "all_gather_into_tensor":
+        out = torch.empty(x.numel() * ws, dtype=x.dtype, device=dev)
+        getattr(dist, _flat_api(op))(out, x.to(dev))
+        return out
+    if op.startswith("reduce_scatter_tensor"):
+        red = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG}[op.rsplit("_", 1)[1]]
+        out = torch.empty(x.numel() // ws, dtype=x.dtype, device=dev)
+        getattr(dist, _flat_api("reduce_scatter_tensor"))(out, x.to(dev), op=red)
+        return out
     raise ValueError(f"unknown collective {op!r}")
 
 
 def _reference(op: str, inputs: list[np.ndarray], rank: int, ws: int, size: int):
     """(expected, error bound per element) from every rank's input, in float64/int64."""
-    stack = np.stack(inputs)
-    absum = np.abs(stack).sum(0)
+    if op == "all_to_all_single_uneven":  # ranks' inputs differ in length: no stack
+        stack = absum = None
+    else:
+        stack = np.stack(inputs)
+        absum = np.abs(stack).sum(0)
     if op == "all_reduce_sum":
         return stack.sum(0), absum
     if op == "all_reduce_avg":
@@ -378,6 +479,26 @@ def _reference(op: str, inputs: list[np.ndarray], rank: int, ws: int, size: int)
         return part.sum(0), np.abs(part).sum(0)
     if op == "broadcast":
         return inputs[ws - 1], None
+    if op in ("all_to_all_single", "all_to_all"):  # chunk `rank` of every rank's input
+        chunk = inputs[0].shape[0] // ws
+        return np.concatenate([x[rank * chunk:(rank + 1) * chunk] for x in inputs]), None
+    if op == "all_to_all_single_uneven":
+        splits = _splits(ws, size)
+        parts = []
+        for r, x in enumerate(inputs):
+            start = sum(splits[r][:rank])
+            parts.append(x[start:start + splits[r][rank]])
+        return np.concatenate(parts), None
+    if op == "all_gather_into_tensor":
+        return np.concatenate(inputs), None
+    if op.startswith("reduce_scatter_tensor"):
+        chunk = stack.shape[1] // ws
+        part = stack[:, rank * chunk:(rank + 1) * chunk]
+        if op.endswith("_avg"):
+            if part.dtype == np.int64:
+                return part.sum(0) // ws, None
+            return part.sum(0) / ws, np.abs(part).sum(0) / ws
+        return part.sum(0), np.abs(part).sum(0)
     raise ValueError(op)
 
 
@@ -386,15 +507,17 @@ def collective(ctx, op: str = "all_reduce_sum", dtype: str = "float32",
     """One collective in one dtype at several sizes, against NumPy.
 
     Per size: ``max_abs_err``, ``bound`` (the largest error the summation bound allows;
-    0 where the answer is exact: max, gather, broadcast, integers) and ``excess`` (the
-    worst error / allowed ratio, > 1 fails), or ``unsupported`` with the backend's words.
+    0 where the answer is exact: max, gather, broadcast, all-to-all, integers) and
+    ``excess`` (the worst error / allowed ratio, > 1 fails), or ``unsupported`` with the
+    backend's words; the flat collectives add ``api``, the torch function that ran
+    (Note [Sharding collectives]).
     """
     ws, rank = ctx.world_size, ctx.rank
     results = {}
     for size in sizes:
-        # reduce_scatter: ``size`` is the input (rounded up to ws chunks), as for the rest
-        per_rank = -(-size // ws) * ws if op == "reduce_scatter" else size
-        inputs = [_inputs(ctx.seed, r, per_rank, dtype) for r in range(ws)]
+        # ``size`` is the input (rounded up to ws chunks where the op splits it evenly)
+        inputs = [_inputs(ctx.seed, r, _input_size(op, r, ws, size), dtype)
+                  for r in range(ws)]
         try:
             with ctx.device.scope():
                 dut = _run_collective(ctx, op, inputs[rank], size)
@@ -424,6 +547,10 @@ def collective(ctx, op: str = "all_reduce_sum", dtype: str = "float32",
             "excess": float(over.max()), "mismatched": int((over > 0).sum()),
             "worst_index": worst, "worst_got": float(got.flat[worst]),
             "worst_expected": float(expected.flat[worst])}
+    if op.startswith(tuple(FLAT_APIS)):
+        api = _flat_api(next(name for name in FLAT_APIS if op.startswith(name)))
+        for result in results.values():
+            result["api"] = api  # which of torch's names ran (FLAT_APIS)
     return results
 
 
@@ -435,6 +562,118 @@ def barrier(ctx, stagger: float = 0.15):
     with ctx.device.scope():
         dist.barrier()
     return {"entered": entered, "left": time.time()}
+
+
+# ---------------------------------------------------------------- pipeline (p2p)
+
+# Note [Pipeline step]
+# ~~~~~~~~~~~~~~~~~~~~
+# Pipeline parallelism moves activations forward and gradients back with point-to-point
+# sends. The check splits a small model into one stage per rank, a chain 0 -> 1 -> ... ->
+# ws-1 (at world size 2 a two-layer model, at 4 a four-stage chain, so the middle stages
+# both receive and send in each direction), and runs GPipe steps of two micro-batches:
+# every stage runs both forwards, sends both activations on, then the last stage's loss
+# starts the backward and each stage sends the gradients of its inputs back. The
+# transport is ``send``/``recv`` one tensor at a time, or ``batch_isend_irecv`` with
+# both micro-batches' tensors in one batch (a backend that matches a batch's receives
+# out of order swaps the micro-batches). The reference is the whole model on one process
+# on the full batch in float64; a stage's outputs, the gradients it receives, its
+# parameters' gradients and its parameters after an SGD step must match it.
+
+PIPELINE_TRANSPORTS = ("send_recv", "batch_isend_irecv")
+
+
+def _pipeline_model(stages: int, features: int = 16, width: int = 32,
+                    outputs: int = 4) -> nn.Sequential:
+    """One block per stage: Linear + tanh, the last a Linear alone."""
+    blocks = []
+    for s in range(stages):
+        linear = nn.Linear(features if s == 0 else width, outputs if s == stages - 1 else width)
+        blocks.append(linear if s == stages - 1 else nn.Sequential(linear, nn.Tanh()))
+    return nn.Sequential(*blocks)
+
+
+def _p2p(transport: str, tensors: list, peer: int, send: bool) -> None:
+    """Send ``tensors`` to ``peer`` or receive into them, in order, by ``transport``."""
+    if transport == "send_recv":
+        for t in tensors:
+            (dist.send if send else dist.recv)(t, peer)
+        return
+    op = dist.isend if send else dist.irecv
+    for work in dist.batch_isend_irecv([dist.P2POp(op, t, peer) for t in tensors]):
+        work.wait()
+
+
+def pipeline(ctx, transport: str = "send_recv", steps: int = 2, micro: int = 2,
+             micro_batch: int = 4, lr: float = 0.1):
+    """A pipeline-parallel training step per rank-stage vs one process (Note [Pipeline
+    step]).
+
+    Returns per step this stage's normalised errors against the float64 full-batch
+    reference: ``out_err`` (its outputs), ``recv_grad_err`` (the output gradients it
+    received; not the last stage), ``grad_err`` (its parameters' gradients),
+    ``param_err`` (after the SGD step) and, on the last stage, ``loss_err``.
+    """
+    ws, rank = ctx.world_size, ctx.rank
+    first, last = rank == 0, rank == ws - 1
+    torch.manual_seed(ctx.seed)
+    model = _pipeline_model(ws)
+    reference = copy.deepcopy(model).double()
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=lr)
+    with ctx.device.scope():
+        stage = copy.deepcopy(model[rank]).to(ctx.torch_device, torch.float32)
+        opt = torch.optim.SGD(stage.parameters(), lr=lr)
+    in_features = next(stage.parameters()).shape[1]
+    dev, f32 = ctx.torch_device, torch.float32
+    errors = {key: [] for key in ("out_err", "recv_grad_err", "grad_err", "param_err",
+                                  "loss_err")}
+    for step in range(steps):
+        x, y = _batch(ctx.seed, step, micro * micro_batch)
+        ref_opt.zero_grad()
+        acts, h = [], x
+        for block in reference:
+            h = block(h)
+            h.retain_grad()
+            acts.append(h)
+        ref_loss = nn.functional.mse_loss(h, y)
+        ref_loss.backward()
+        parts = [slice(k * micro_batch, (k + 1) * micro_batch) for k in range(micro)]
+        with ctx.device.scope():
+            opt.zero_grad(set_to_none=True)
+            if first:
+                inputs = [x[part].to(dev, f32) for part in parts]
+            else:
+                inputs = [torch.empty(micro_batch, in_features, device=dev, dtype=f32)
+                          for _ in parts]
+                _p2p(transport, inputs, rank - 1, send=False)
+                for t in inputs:
+                    t.requires_grad_()
+            outs = [stage(t) for t in inputs]
+            if last:
+                loss = sum(nn.functional.mse_loss(out, y[part].to(dev, f32))
+                           for out, part in zip(outs, parts)) / micro
+                loss.backward()
+                received = None
+            else:
+                _p2p(transport, [out.detach() for out in outs], rank + 1, send=True)
+                received = [torch.empty_like(out) for out in outs]
+                _p2p(transport, received, rank + 1, send=False)
+                torch.autograd.backward(outs, received)
+            if not first:
+                _p2p(transport, [t.grad for t in inputs], rank - 1, send=True)
+            grads = _grads(stage)
+            opt.step()
+            ctx.device.synchronize()
+        errors["out_err"].append(_max_err([(torch.cat(outs), acts[rank])]))
+        if received is not None:
+            errors["recv_grad_err"].append(_max_err([(torch.cat(received), acts[rank].grad)]))
+        else:
+            errors["loss_err"].append(_max_err([(loss, ref_loss)]))
+        errors["grad_err"].append(_max_err(zip(grads, _grads(reference[rank]))))
+        ref_opt.step()
+        errors["param_err"].append(_max_err(zip(stage.parameters(),
+                                                reference[rank].parameters())))
+    return {"stage": rank, "transport": transport, **errors}
 
 
 # ------------------------------------------------------------------------ rank skew
@@ -496,5 +735,6 @@ def sampler(ctx, length: int = 0, drop_last: bool = False, epochs=(0, 1, 2), see
 
 BUILT_IN = {fn.__name__: fn for fn in (ddp_train, ddp_amp, ddp_buffers, sync_batchnorm,
                                        collective, barrier, rank_skew, sampler)}
+BUILT_IN[pipeline.__name__] = pipeline
 """The rank programs by the bare name torchrun users give them (Note [Naming a sub-check]
 in harness/distributed/subcheck.py)."""

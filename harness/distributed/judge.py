@@ -135,6 +135,19 @@ def judge_ddp(values: dict[int, dict], *, dtype: str, variant: str, steps: int,
     floor = tol / 10
     rules = {"grad_err": lower(rel=10.0, abs=floor), "param_err": lower(rel=10.0, abs=floor),
              "ranks_disagree_steps": equal(0), "unused_grad_max": equal(0)}
+    if variant == "rank_init":  # Note [Rank-different init] in harness/distributed/checks.py
+        constructed, constructed_rank, _ = _worst(values, "constructed_err")
+        seeds_differ = len({v.get("init_hash") for v in values.values()}) == len(values)
+        if constructed != 0.0:
+            problems.insert(0, f"after DDP's construction rank {constructed_rank}'s parameters "
+                               f"differ from rank 0's initial ones (max normalised error "
+                               f"{constructed:.3g}; must be 0): DDP did not broadcast rank 0's "
+                               "parameters")
+        if not seeds_differ:
+            problems.append("the ranks built identical models before DDP, so this check "
+                            "could not see a missing broadcast (each rank must seed its own)")
+        metrics.update(constructed_err=constructed, seeds_differ=seeds_differ)
+        rules.update(constructed_err=equal(0), seeds_differ=equal())
     return DistVerdict.of(problems, metrics, rules, info={
         "grad_err_per_step": {r: v.get("grad_err") for r, v in values.items()}})
 
@@ -249,8 +262,10 @@ def judge_collective(values: dict[int, dict], size: str, *, op: str, dtype: str)
         if len(refused) != len(per_rank):
             return DistVerdict("error", {}, {}, f"{op} {dtype}: refused on ranks {sorted(refused)}"
                                             f" only: {refused}")
+        apis = sorted({v["api"] for v in per_rank.values() if "api" in v})
         return DistVerdict("unsupported", {}, {}, f"{op} {dtype} n={size}: "
-                                              f"{next(iter(refused.values()))}")
+                                              f"{next(iter(refused.values()))}",
+                           info={"api": apis[0]} if apis else {})
     err = max(float(v["max_abs_err"]) for v in per_rank.values())
     bound = max(float(v["bound"]) for v in per_rank.values())
     excess_rank = max(per_rank, key=lambda r: float(per_rank[r]["excess"]))
@@ -264,9 +279,39 @@ def judge_collective(values: dict[int, dict], size: str, *, op: str, dtype: str)
                         f"{excess_rank} at index {worst.get('worst_index')}: got "
                         f"{worst.get('worst_got')}, expected {worst.get('worst_expected')}"
                         + (f"; shapes {worst['shape']}" if "shape" in worst else ""))
+    apis = sorted({v["api"] for v in per_rank.values() if "api" in v})
     return DistVerdict.of(problems, {"max_abs_err": err, "mismatched": mismatched},
                           {"max_abs_err": lower(rel=4.0, abs=bound), "mismatched": equal(0)},
-                          info={"bound": bound})
+                          info={"bound": bound, **({"api": apis[0]} if apis else {})})
+
+
+PIPELINE_ERRORS = {
+    "out_err": "stage outputs differ from the same layers of one process (the activations "
+               "it received are wrong)",
+    "recv_grad_err": "the output gradients a stage received differ from one process's",
+    "grad_err": "parameter gradients differ from one process on the full batch",
+    "param_err": "parameters after the SGD step differ from one process's",
+    "loss_err": "the last stage's loss differs from one process's",
+}
+"""What each error of checks.pipeline means when it is too large (Note [Pipeline step])."""
+
+
+def judge_pipeline(values: dict[int, dict]) -> DistVerdict:
+    """A pipeline step vs one process: every stage's errors within float32's tolerance."""
+    tol = DDP_TOLERANCE["float32"]
+    metrics, problems = {}, []
+    for key, meaning in PIPELINE_ERRORS.items():
+        worst, rank, step = _worst(values, key)
+        metrics[key] = worst
+        if not worst <= tol:
+            problems.append(f"{meaning}: max normalised error {worst:.3g} > {tol:g} (float32), "
+                            f"stage {rank}, step {step}")
+    stages = sorted(int(v["stage"]) for v in values.values())
+    if stages != list(range(len(values))):
+        problems.append(f"ranks ran stages {stages}, expected one each of 0..{len(values) - 1}")
+    return DistVerdict.of(problems, metrics,
+                          {key: lower(rel=10.0, abs=tol / 10) for key in metrics},
+                          info={"transport": next(iter(values.values()))["transport"]})
 
 
 def judge_barrier(values: dict[int, dict]) -> DistVerdict:

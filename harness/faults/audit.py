@@ -130,7 +130,9 @@ MEMORY = ("suites/memory/test_oom.py::test_oom_recovery",)
 DDP = "suites/distributed/test_dist_ddp.py"
 DISTRIBUTED = (f"{DDP}::test_ddp_matches_single_process[ws2-ddp/float32/plain]",
                f"{DDP}::test_ddp_amp_grad_scaler[ws2-ddp/amp]",
-               f"{DDP}::test_ddp_broadcast_buffers[ws2-ddp/buffers]")
+               f"{DDP}::test_ddp_broadcast_buffers[ws2-ddp/buffers]",
+               "suites/distributed/test_dist_pipeline.py::"
+               "test_pipeline_step_matches_single_process[ws2-pipeline/send_recv]")
 EXAMPLE = ("suites/example",)
 MODEL_CASE = "suites/model/test_model.py::test_model_case"
 MODEL = (MODEL_CASE,)

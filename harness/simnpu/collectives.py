@@ -146,6 +146,11 @@ class HostCollectives(dist.ProcessGroup):
         opts = opts if opts is not None else dist.AllgatherOptions()
         return self._run(self.gloo._allgather_base(out, _host(input), opts), output, out)
 
+    def all_gather_single(self, output, input, opts=None):  # noqa: A002 - torch's name
+        """torch >= 2.13's all_gather_single (all_gather_into_tensor calls it): asks the
+        group itself, not a backend per device type, so the group answers."""
+        return self._allgather_base(output, input, opts)
+
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
         outs = _hosts(outputs)
         opts = opts if opts is not None else dist.AllgatherOptions()
@@ -173,6 +178,10 @@ class HostCollectives(dist.ProcessGroup):
         out = _host(output)
         opts = opts if opts is not None else dist.ReduceScatterOptions()
         return self._run(self.gloo._reduce_scatter_base(out, _host(input), opts), output, out)
+
+    def reduce_scatter_single(self, output, input, opts=None):  # noqa: A002 - torch's name
+        """torch >= 2.13's reduce_scatter_single (as for :meth:`all_gather_single`)."""
+        return self._reduce_scatter_base(output, input, opts)
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes,  # noqa: A002
                       opts=None):

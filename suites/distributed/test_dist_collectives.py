@@ -1,5 +1,8 @@
 """Collectives against NumPy: all_reduce (sum, avg, max), all_gather, reduce_scatter,
-broadcast over float32, float16, bfloat16 and int64, 1 element to ~1M; and barrier.
+broadcast over float32, float16, bfloat16 and int64, 1 element to ~1M; the sharding
+collectives (all_to_all_single even and uneven, all_to_all, all_gather_into_tensor,
+reduce_scatter_tensor sum and avg) at 1 and 1000 elements (Note [Sharding collectives]
+in harness/distributed/checks.py); and barrier.
 
 Sums may differ from the exact float64 sum by the recursive-summation bound
 (``ws * eps * sum|x|``); everything else must be exact. An op or dtype the backend
@@ -13,7 +16,13 @@ import pytest
 
 from harness import ids
 from harness.distributed import DistCase, SubCheck, checks
-from harness.distributed.checks import COLLECTIVE_OPS, COLLECTIVE_SIZES, WORLD_SIZES
+from harness.distributed.checks import (
+    COLLECTIVE_OPS,
+    COLLECTIVE_SIZES,
+    SHARDING_OPS,
+    SHARDING_SIZES,
+    WORLD_SIZES,
+)
 from harness.distributed.judge import (
     judge_barrier,
     judge_collective,
@@ -29,19 +38,21 @@ DTYPES = ("float32", "float16", "bfloat16", "int64")
 
 @pytest.mark.parametrize("case", [
     DistCase(ws, SubCheck.of(checks.collective, name=f"{op}/{dtype}", op=op, dtype=dtype,
-                         sizes=list(COLLECTIVE_SIZES)))
-    for ws in WORLD_SIZES for op in COLLECTIVE_OPS for dtype in DTYPES], ids=lambda c: c.id)
+                             sizes=list(sizes)))
+    for ws in WORLD_SIZES
+    for ops, sizes in ((COLLECTIVE_OPS, COLLECTIVE_SIZES), (SHARDING_OPS, SHARDING_SIZES))
+    for op in ops for dtype in DTYPES], ids=lambda c: c.id)
 def test_collective_matches_numpy(case, dist, results):
-    op, dtype = case.check.kwargs["op"], case.check.kwargs["dtype"]
+    op, dtype, sizes = (case.check.kwargs[k] for k in ("op", "dtype", "sizes"))
     outcome = dist(case)
-    for size in COLLECTIVE_SIZES:
+    for size in sizes:
         record_id = ids.record("distributed", op, dtype, f"n={size}", f"ws{case.world_size}")
         if not outcome.ok:  # the whole story once, then a pointer to it
-            if size == COLLECTIVE_SIZES[0]:
+            if size == sizes[0]:
                 record_error(results, record_id, outcome.problem())
             else:
                 results.record(record_id, status="error",
-                               message=f"not measured: see n={COLLECTIVE_SIZES[0]}")
+                               message=f"not measured: see n={sizes[0]}")
             continue
         verdict = judge_collective(outcome.values, str(size), op=op, dtype=dtype)
         record_verdict(results, record_id, verdict)

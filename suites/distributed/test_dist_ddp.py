@@ -2,7 +2,10 @@
 
 Every rank trains 5 SGD steps; gradients and parameters are compared with a float64
 single-process reference, and the ranks' parameters must be bit-identical after every
-step. Variants cover the DDP options and training patterns that take other code paths.
+step. Variants cover the DDP options and training patterns that take other code paths;
+``rank_init`` starts each rank from its own weights, which DDP's construction must
+replace with rank 0's (Note [Rank-different init] in harness/distributed/checks.py), and
+``static_graph`` trains with ``static_graph=True`` over several buckets.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ STEPS = 5
 # (dtype, variant): the DDP paths checked; see harness.distributed.checks.DDP_VARIANTS
 DDP_CASES = [("float32", "plain"), ("float64", "plain"), ("float32", "unused_params"),
              ("float32", "bucket_view"), ("float32", "small_buckets"),
-             ("float32", "no_sync"), ("float32", "join")]
+             ("float32", "no_sync"), ("float32", "join"), ("float32", "rank_init"),
+             ("float32", "static_graph")]
 
 
 def _case(ws: int, name: str, fn: Callable, **kwargs) -> DistCase:

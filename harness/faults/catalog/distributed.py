@@ -21,6 +21,14 @@ SKEW_WITHIN = (f"{SUITE}/test_dist_skew.py::"
                "test_rank_skew_against_the_timeout[ws2-skew/within]")
 ALL_REDUCE = (f"{SUITE}/test_dist_collectives.py::"
               "test_collective_matches_numpy[ws2-all_reduce_sum/float32]")
+DDP_RANK_INIT = f"{SUITE}/test_dist_ddp.py::test_ddp_matches_single_process[ws2-ddp/float32/rank_init]"
+DDP_STATIC_GRAPH = (f"{SUITE}/test_dist_ddp.py::"
+                    "test_ddp_matches_single_process[ws2-ddp/float32/static_graph]")
+PIPELINE = f"{SUITE}/test_dist_pipeline.py::test_pipeline_step_matches_single_process"
+
+
+def _collective_check(op: str) -> str:
+    return f"{SUITE}/test_dist_collectives.py::test_collective_matches_numpy[ws2-{op}/float32]"
 
 
 # ----------------------------------------------------------- DDP communication hooks
@@ -151,5 +159,250 @@ RANK_STRAGGLES = patch_attr(
     checks=(SKEW_WITHIN,),
 )
 
+
+# ------------------------------------------------------- DDP: construction, static graph
+
+DDP_INIT_NOT_BROADCAST = patch_attr(
+    "distributed.ddp_init_not_broadcast", family="distributed",
+    description="DDP's construction-time broadcast of rank 0's parameters and buffers does "
+                "nothing: ranks seeded differently train from different weights",
+    target="torch.nn.parallel.distributed._sync_module_states",
+    replace=lambda original: (lambda *args, **kwargs: None),
+    checks=(DDP_RANK_INIT,),
+)
+
+
+def _skip_last_bucket_hook(_state, bucket):
+    """DDP's averaging allreduce for every bucket but the last, which keeps its local
+    gradients."""
+    import torch.distributed as dist
+
+    buffer = bucket.buffer()
+    if bucket.is_last():
+        import torch
+
+        future = torch.futures.Future()
+        future.set_result(buffer)
+        return future
+    buffer.div_(dist.get_world_size())
+    work = dist.all_reduce(buffer, async_op=True)
+    return work.get_future().then(lambda fut: fut.value()[0])
+
+
+def _static_graph_with_hook(hook):
+    """Activate: every DDP built with ``static_graph=True`` in the DUT scope registers
+    ``hook`` (other DDPs are left alone)."""
+
+    def activate(_device):
+        from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: N817
+
+        original = DDP.__init__
+
+        def init(self, *args, **kwargs):
+            original(self, *args, **kwargs)
+            if kwargs.get("static_graph"):
+                self.register_comm_hook(None, hook)
+
+        @contextlib.contextmanager
+        def patched():
+            DDP.__init__ = init
+            try:
+                yield
+            finally:
+                DDP.__init__ = original
+
+        return patched()
+
+    return activate
+
+
+STATIC_GRAPH_SKIPS_BUCKET = Fault(
+    "distributed.static_graph_skips_bucket", "distributed",
+    "DDP with static_graph=True never reduces its last gradient bucket: those gradients "
+    "stay local to each rank",
+    (DDP_STATIC_GRAPH,), _static_graph_with_hook(_skip_last_bucket_hook))
+
+
+# --------------------------------------------------------------- sharding collectives
+
+def _swap_first_chunks(original):
+    def all_to_all_single(output, input, output_split_sizes=None,  # noqa: A002
+                          input_split_sizes=None, *args, **kwargs):
+        import torch.distributed as dist
+
+        work = original(output, input, output_split_sizes, input_split_sizes, *args, **kwargs)
+        if output_split_sizes is None and output.numel() >= 2:
+            chunks = output.view(-1).chunk(dist.get_world_size())
+            first = chunks[0].clone()
+            chunks[0].copy_(chunks[1])  # the fault: chunks 0 and 1 land swapped
+            chunks[1].copy_(first)
+        return work
+
+    return all_to_all_single
+
+
+ALL_TO_ALL_SWAPS_CHUNKS = patch_attr(
+    "distributed.all_to_all_swaps_chunks", family="distributed",
+    description="all_to_all_single (even splits) puts the chunks from ranks 0 and 1 in "
+                "each other's place",
+    target="torch.distributed.all_to_all_single", replace=_swap_first_chunks,
+    checks=(_collective_check("all_to_all_single"),),
+)
+
+
+def _truncate_uneven(original):
+    def all_to_all_single(output, input, output_split_sizes=None,  # noqa: A002
+                          input_split_sizes=None, *args, **kwargs):
+        import torch.distributed as dist
+
+        work = original(output, input, output_split_sizes, input_split_sizes, *args, **kwargs)
+        if output_split_sizes:  # the fault: each chunk cut to the even split's length
+            even, start = output.numel() // dist.get_world_size(), 0
+            for length in output_split_sizes:
+                if length > even:
+                    output.view(-1)[start + even:start + length].zero_()
+                start += length
+        return work
+
+    return all_to_all_single
+
+
+ALL_TO_ALL_UNEVEN_TRUNCATED = patch_attr(
+    "distributed.all_to_all_uneven_truncated", family="distributed",
+    description="all_to_all_single with uneven output_split_sizes writes only the even "
+                "split's worth of each longer chunk (the rest stays zero)",
+    target="torch.distributed.all_to_all_single", replace=_truncate_uneven,
+    checks=(_collective_check("all_to_all_single_uneven"),),
+)
+
+
+def _drop_last_output(original):
+    def all_to_all(output_tensor_list, input_tensor_list, *args, **kwargs):
+        work = original(output_tensor_list, input_tensor_list, *args, **kwargs)
+        output_tensor_list[-1].zero_()  # the fault: the last rank's chunk never arrives
+        return work
+
+    return all_to_all
+
+
+ALL_TO_ALL_DROPS_LAST = patch_attr(
+    "distributed.all_to_all_drops_last", family="distributed",
+    description="all_to_all (the list form) leaves the last rank's output tensor unwritten "
+                "(zero)",
+    target="torch.distributed.all_to_all", replace=_drop_last_output,
+    checks=(_collective_check("all_to_all"),),
+)
+
+
+def _patch_flat(name: str, fault: str, description: str, replace, checks) -> Fault:
+    """A ``patch_attr`` fault on the flat collective ``name`` under whichever of torch's
+    names the check calls on the running torch (``checks.FLAT_APIS``)."""
+
+    def activate(device):
+        import torch.distributed as dist
+
+        from harness.distributed.checks import FLAT_APIS
+
+        api = next(api for api in FLAT_APIS[name] if hasattr(dist, api))
+        return patch_attr(fault, family="distributed", description=description,
+                          target=f"torch.distributed.{api}", replace=replace,
+                          checks=checks).activate(device)
+
+    return Fault(fault, "distributed", description, tuple(checks), activate)
+
+
+def _gather_reversed(original):
+    def all_gather(output, input, *args, **kwargs):  # noqa: A002 - torch's name
+        import torch.distributed as dist
+
+        work = original(output, input, *args, **kwargs)
+        chunks = output.view(-1).chunk(dist.get_world_size())
+        flipped = [c.clone() for c in reversed(chunks)]
+        for chunk, value in zip(chunks, flipped):  # the fault: rank order reversed
+            chunk.copy_(value)
+        return work
+
+    return all_gather
+
+
+ALL_GATHER_INTO_TENSOR_REVERSED = _patch_flat(
+    "all_gather_into_tensor", "distributed.all_gather_into_tensor_reversed",
+    "all_gather_into_tensor places the ranks' inputs in reverse rank order",
+    _gather_reversed, (_collective_check("all_gather_into_tensor"),))
+
+
+def _avg_not_divided(original):
+    def reduce_scatter(output, input, op=None, *args, **kwargs):  # noqa: A002
+        import torch.distributed as dist
+
+        if op == dist.ReduceOp.AVG:
+            op = dist.ReduceOp.SUM  # the fault: the average is never divided
+        return original(output, input, *(() if op is None else (op,)), *args, **kwargs)
+
+    return reduce_scatter
+
+
+REDUCE_SCATTER_AVG_NOT_DIVIDED = _patch_flat(
+    "reduce_scatter_tensor", "distributed.reduce_scatter_tensor_avg_not_divided",
+    "reduce_scatter_tensor with ReduceOp.AVG returns the sum (never divides by the world "
+    "size)", _avg_not_divided, (_collective_check("reduce_scatter_tensor_avg"),))
+
+
+# ----------------------------------------------------------------- pipeline send/recv
+
+def _recv_drops_gradient(original):
+    def recv(tensor, src=None, *args, **kwargs):
+        import torch.distributed as dist
+
+        result = original(tensor, src, *args, **kwargs)
+        if src is not None and src > dist.get_rank():
+            tensor.zero_()  # the fault: what comes back from a later stage is lost
+        return result
+
+    return recv
+
+
+RECV_DROPS_GRADIENT = patch_attr(
+    "distributed.recv_drops_gradient", family="distributed",
+    description="recv from a higher rank (a later pipeline stage: the gradient coming "
+                "back) delivers zeros",
+    target="torch.distributed.recv", replace=_recv_drops_gradient,
+    checks=(f"{PIPELINE}[ws2-pipeline/send_recv]",),
+)
+
+
+def _receives_out_of_order(original):
+    def batch_isend_irecv(p2p_op_list):
+        import torch.distributed as dist
+
+        # complete the batch here (a gloo receive waited twice waits for another
+        # message), then hand back nothing left to wait for
+        for work in original(p2p_op_list):
+            work.wait()
+        received = {}
+        for p2p in p2p_op_list:
+            if p2p.op is dist.irecv or getattr(p2p.op, "__name__", "") == "irecv":
+                received.setdefault(p2p.peer, []).append(p2p.tensor)
+        for tensors in received.values():  # the fault: a peer's first two receives swap
+            if len(tensors) >= 2 and tensors[0].shape == tensors[1].shape:
+                first = tensors[0].clone()
+                tensors[0].copy_(tensors[1])
+                tensors[1].copy_(first)
+        return []
+
+    return batch_isend_irecv
+
+
+BATCH_RECEIVES_OUT_OF_ORDER = patch_attr(
+    "distributed.batch_receives_out_of_order", family="distributed",
+    description="batch_isend_irecv matches a batch's receives from one peer out of order: "
+                "the first two land in each other's tensors (micro-batches swap)",
+    target="torch.distributed.batch_isend_irecv", replace=_receives_out_of_order,
+    checks=(f"{PIPELINE}[ws2-pipeline/batch_isend_irecv]",),
+)
+
 FAULTS = [COMM_HOOK_SUMS, GRAD_NOT_REDUCED, BUFFERS_NOT_BROADCAST, SAMPLER_EPOCH_IGNORED,
-          RANK_HANGS, RANK_STRAGGLES]
+          RANK_HANGS, RANK_STRAGGLES, DDP_INIT_NOT_BROADCAST, STATIC_GRAPH_SKIPS_BUCKET,
+          ALL_TO_ALL_SWAPS_CHUNKS, ALL_TO_ALL_UNEVEN_TRUNCATED, ALL_TO_ALL_DROPS_LAST,
+          ALL_GATHER_INTO_TENSOR_REVERSED, REDUCE_SCATTER_AVG_NOT_DIVIDED,
+          RECV_DROPS_GRADIENT, BATCH_RECEIVES_OUT_OF_ORDER]
