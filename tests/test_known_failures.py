@@ -66,7 +66,7 @@ def test_entries_for_selects_by_device_type_and_stack_glob():
             _row("c", device="npu", stack="cann-8.1.*"))
     fingerprint = {"device_type": "npu", "stack_id": "cann-8.0.RC3"}
     assert [r.match for r in known_failures.entries_for(fingerprint, rows)] == ["a", "b"]
-    assert known_failures.entries_for(fingerprint) == []  # the shipped table is empty
+    assert known_failures.entries_for(fingerprint) == []  # nothing shipped is for npu
     assert known_failures.EXAMPLE.applies_to({"device_type": "npu", "stack_id": "cann-8.0.RC2"})
 
 
