@@ -434,3 +434,16 @@ def test_a_parity_fault_is_caught_only_by_a_difference_in_its_own_section():
     assert not FaultResult(fault, outcome, elsewhere).caught
     caught = FaultResult(fault, outcome, there)
     assert caught.caught and caught.caught_by == ["memory: memory/oom_threshold/mlp/float32/none"]
+
+
+def test_a_device_following_its_own_autocast_policy_is_compared_by_status():
+    def policy(dtype, status="pass"):
+        return Record("amp/autocast_policy/bfloat16/softmax/in=bfloat16", status=status,
+                      metrics={"out_dtype": dtype}, rules={"out_dtype": equal()},
+                      test="suites/amp/test_autocast.py::test_autocast_policy[x]")
+
+    parity = compare(full(CPU, p=policy("bfloat16")), full(NPU, p=policy("float32")))
+    assert parity.verdict == "PARITY"
+    assert "autocast policy" in parity.not_compared["training"]
+    failing = compare(full(CPU, p=policy("bfloat16")), full(NPU, p=policy("float16", "fail")))
+    assert failing.verdict == "DIFFERENCES"
