@@ -460,8 +460,6 @@ def _cmd_parity(args: argparse.Namespace) -> int:
     else:
         for line in report.terminal_lines(parity, limit=args.limit):
             print(line)
-        for note in parity.notes:
-            print(f"note: {note}")
         for path in written:
             print(f"report: {path}")
     return parity.exit_code
