@@ -246,41 +246,57 @@ def loss_curves(parity: Parity, per_row: int = 3) -> Plot:
 
 # --------------------------------------------------------------------------- memory
 
-def memory_bars(parity: Parity) -> Plot:
-    """Memory ratios (here / reference) per case, one panel per metric (max batch, peak)."""
+def memory_bars(parity: Parity, per_row: int = 2) -> Plot:
+    """Memory ratios (here / reference) per case, one panel per metric (max batch, peaks);
+    red beyond the comparison's threshold, amber worse but within it, green otherwise."""
     metrics: dict[str, list[tuple[str, float]]] = {}
     for row in parity.memory:
         ratio = _finite(row.get("ratio"))
         if ratio is not None:
-            metrics.setdefault(str(row.get("metric")), []).append((str(row.get("id")), ratio))
+            rid = str(row.get("id"))
+            metrics.setdefault(str(row.get("metric")), []).append(
+                (rid[len("memory/"):] if rid.startswith("memory/") else rid, ratio))
     if not metrics:
         return None
     plt = pyplot()
     names = sorted(metrics, key=lambda m: (m != "max_batch", m))  # max batch first
     height = max(len(v) for v in metrics.values())
-    fig, axes = plt.subplots(1, len(names), figsize=(5.6 * len(names), 0.32 * height + 1.4),
-                             squeeze=False)
-    for ax, metric in zip(axes[0], names):
+    cols = min(per_row, len(names))
+    grid_rows = math.ceil(len(names) / cols)
+    fig, axes = plt.subplots(grid_rows, cols, figsize=(5.6 * cols, (0.32 * height + 1.4)
+                                                       * grid_rows), squeeze=False)
+    for ax in axes.flat[len(names):]:
+        ax.set_visible(False)
+    for ax, metric in zip(axes.flat, names):
         rows = metrics[metric]
         lower_is_worse = "batch" in metric
-        colours = ["#c0392b" if (r < 1 if lower_is_worse else r > 1) and abs(r - 1) > 1e-9
-                   else "#4c9a2a" for _, r in rows]
+        limit = (_threshold(parity, "memory", "max_batch_ratio", "below") if lower_is_worse
+                 else _threshold(parity, "memory", "peak_ratio", "above"))
+        colours = [_bar_colour(r, lower_is_worse, limit) for _, r in rows]
         ax.barh(range(len(rows)), [r for _, r in rows], color=colours)
         for i, (_, r) in enumerate(rows):
             ax.text(r, i, f" {r:.2g}", va="center", fontsize=7)
         ax.axvline(1.0, color="black", lw=0.8)
-        limit = (_threshold(parity, "memory", "max_batch_ratio", "below") if lower_is_worse
-                 else _threshold(parity, "memory", "peak_ratio", "above"))
+        top = max([1.3] + [r * 1.2 for _, r in rows] + ([limit * 1.1] if limit else []))
         if limit is not None:
-            ax.axvline(limit, color="#c0392b", lw=0.9, ls="--", label=f"threshold {limit:g}")
-            ax.legend(fontsize=7, loc="lower right")
+            ax.axvline(limit, color="#c0392b", lw=0.9, ls="--")
+            ax.text(limit, -0.6, f"threshold {limit:g}", color="#c0392b", fontsize=7,
+                    ha="center", va="bottom")
         ax.set_yticks(range(len(rows)), [_short(i) for i, _ in rows], fontsize=7)
-        ax.invert_yaxis()
-        ax.set_xlim(0, max(1.2, max(r for _, r in rows) * 1.2))
+        ax.set_ylim(len(rows) - 0.5, -0.9)  # inverted, with room for the threshold's label
+        ax.set_xlim(0, top)
         ax.set_title(f"{metric}: here / reference "
-                     f"({'below' if lower_is_worse else 'above'} 1 is worse here)")
+                     f"({'below' if lower_is_worse else 'above'} 1 is worse here)", fontsize=9)
     fig.tight_layout()
     return "Memory ratios under the same cap", to_svg(fig)
+
+
+def _bar_colour(ratio: float, lower_is_worse: bool, limit: Optional[float]) -> str:
+    worse = ratio < 1 if lower_is_worse else ratio > 1
+    beyond = limit is not None and (ratio < limit if lower_is_worse else ratio > limit)
+    if beyond:
+        return "#c0392b"
+    return "#e8a33d" if worse and abs(ratio - 1) > 1e-9 else "#4c9a2a"
 
 
 # ---------------------------------------------------------------------------- speed
@@ -332,6 +348,7 @@ def speed_bars(parity: Parity) -> Plot:
     limit = _threshold(parity, "speed", "throughput_ratio", "below")
     if limit is not None:
         ax.axvline(limit, color="#c0392b", lw=0.9, ls="--", label=f"threshold {limit:g}")
+        top = max(top, limit * 1.1)
     ax.set_xlim(0, top)
     ax.set_yticks(range(len(benches)), [_short(b) for b in benches], fontsize=7)
     ax.invert_yaxis()
