@@ -191,11 +191,16 @@ DIST_NODES = (
     # DDP with unused parameters stages its used-map in pinned host memory
     "suites/distributed/test_dist_ddp.py::"
     "test_ddp_matches_single_process[ws2-ddp/float32/unused_params]",
+    # torch 2.13's flat collectives ask the group itself (HostCollectives answers them)
+    "suites/distributed/test_dist_collectives.py::"
+    "test_collective_matches_numpy[ws2-all_gather_into_tensor/float32]",
+    "suites/distributed/test_dist_collectives.py::"
+    "test_collective_matches_numpy[ws2-reduce_scatter_tensor_sum/float32]",
 )
 
 
 def _distributed(env: dict):
-    """Two distributed checks on the simulator's hccl, two simulated devices."""
+    """Distributed checks (DIST_NODES) on the simulator's hccl, two simulated devices."""
     with tempfile.TemporaryDirectory(prefix="simnpu-dist-") as tmp:
         return _run(["-m", "pytest", "-m", "npu", "--device", "npu", "-p", "no:cacheprovider",
                      "-p", "no:randomly", "--baseline", "off", "-rA",
@@ -312,4 +317,4 @@ def test_distributed_checks_run_on_the_simulated_hccl():
     proc = early.result(DISTRIBUTED)
     out = proc.stdout
     assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]
-    assert "2 passed" in out and "skipped" not in out, out[-3000:]
+    assert f"{len(DIST_NODES)} passed" in out and "skipped" not in out, out[-3000:]
