@@ -52,7 +52,9 @@ def _parity(verdict="PARITY", differences=(), compared=None, not_compared=None,
                  {"id": "bench/train/mlp/float16-amp/step/b2", "precision": "float16-amp",
                   "reference": 4.2, "here": 4.0, "ratio": 1.05, "unit": "ms"}]
         models = [{"op": "aten.addmm.default", "model": "mlp", "reference": "pass",
-                   "here": "pass", "id": "model/mlp/float32/aten.addmm.default"}]
+                   "here": "pass", "id": "model/mlp/inventory/aten.addmm.default"},
+                  {"op": "aten.relu.default", "model": "mlp", "reference": "pass",
+                   "here": "fallback", "id": "model/mlp/inventory/aten.relu.default"}]
     return Parity(verdict=verdict, reference=_side("cpu", "xeon-avx512", "ref/cpu.json"),
                   here=_side("npu", "simnpu", "here/npu.json"),
                   differences=list(differences),
@@ -176,6 +178,11 @@ def test_markdown_carries_the_compared_values_as_tables():
     assert "| `bench/train/mlp/float32/step/b8` | float32 | 8 ms | 10 ms | 0.8x |" in text
     assert text.index("mlp/float32/step") < text.index("mlp/float16-amp/step")
     assert "| `aten.addmm.default` | mlp | pass | pass |" in text
+    # the inventories side by side: the op whose status differs first, marked in the HTML
+    assert text.index("`aten.relu.default` | mlp | pass | fallback |") < text.index("addmm")
+    page = report.html_page(_parity())
+    assert '<tr class="changed"><td><code>aten.relu.default</code>' in page
+    assert '<tr><td><code>aten.addmm.default</code>' in page
 
 
 def test_clean_pair_says_no_difference_in_every_section():

@@ -410,7 +410,8 @@ details summary{cursor:pointer;color:#1f5f8b}details table{margin:4px 0 2px}
 
 
 def _html_table(header: list[str], rows: list[list[str]], code: int = -1,
-                numeric: tuple[int, ...] = ()) -> str:
+                numeric: tuple[int, ...] = (), changed: tuple[int, int] = (-1, -1)) -> str:
+    """A table; ``changed``: two columns whose cells, where they differ, mark the row."""
     from harness.report.render import escape
 
     head = "".join(f"<th>{escape(h)}</th>" for h in header)
@@ -420,7 +421,9 @@ def _html_table(header: list[str], rows: list[list[str]], code: int = -1,
         for i, cell in enumerate(row):
             text = f"<code>{escape(cell)}</code>" if i == code else escape(cell)
             cells.append(f'<td class="n">{text}</td>' if i in numeric else f"<td>{text}</td>")
-        body.append("<tr>" + "".join(cells) + "</tr>")
+        a, b = changed
+        mark = ' class="changed"' if a >= 0 and row[a] != row[b] else ""
+        body.append(f"<tr{mark}>" + "".join(cells) + "</tr>")
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
 
@@ -507,10 +510,12 @@ def _html_section(parity: Parity, section: str, pictures: list[tuple[str, str]])
     for caption, head, rows in _section_tables(parity, section):
         numeric = tuple(i for i, h in enumerate(head) if h in ("ratio", "error ratio",
                                                                  "reference", "here"))
-        if section == "model":
-            numeric = ()
+        changed = (-1, -1)
+        if section == "model":  # statuses, not numbers; a row whose statuses differ is marked
+            numeric, changed = (), (head.index("reference"), head.index("here"))
         out.append(f"<h3>{escape(caption)}</h3>"
-                   + (_html_table(head, rows, code=0, numeric=numeric) if rows else "<p>none</p>"))
+                   + (_html_table(head, rows, code=0, numeric=numeric, changed=changed)
+                      if rows else "<p>none</p>"))
     out.append("</section>")
     return out
 

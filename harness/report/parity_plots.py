@@ -144,7 +144,8 @@ def op_heatmap(parity: Parity, limit: int = HEATMAP_OPS) -> Plot:
 
     everything = sorted({op for op, _ in worst} | {op for op, _ in statuses})
     ops = sorted(everything, key=lambda o: (-op_worst(o), o))[:limit]
-    dtypes = sorted({dt for _, dt in worst} | {dt for _, dt in statuses})
+    dtypes = sorted({dt for _, dt in worst} | {dt for _, dt in statuses},
+                    key=lambda dt: (dt in ("-", "None", ""), dt))  # no dtype: last
     top = 16.0
     # a band's bins are [low, high): nudge the edges so that a ratio of exactly 1 (or 2)
     # takes the colour of the band it belongs to (<= 1 pass, <= 2 warning)
