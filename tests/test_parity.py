@@ -265,6 +265,8 @@ def test_different_seeds_and_faults_are_compared_and_said():
     assert any("different seeds" in n and "the reference run" in n for n in parity.notes)
     assert any(n.startswith("FAULTS INJECTED") for n in parity.notes)
     assert all("device types" not in n for n in parity.notes)
+    here.fingerprint["device_name"] = simnpu.DEVICE_NAME
+    assert any("SimNPU, a simulator" in n for n in compare(full(CPU), here).notes)
 
 
 def test_the_floors_repeat_the_harness_tables():

@@ -151,7 +151,13 @@ def notes(reference: RunResults, here: RunResults) -> list[str]:
     if reference.faults:
         out.append(f"FAULTS INJECTED in the reference run: {', '.join(reference.faults)} (it "
                    "measured the faults, not the reference device)")
+    from harness import simnpu
+
     for run, what in ((reference, "the reference run"), (here, "this device's run")):
+        if run.fingerprint.get("device_name") == simnpu.DEVICE_NAME:
+            out.append(f"{what} is on SimNPU, a simulator: its numbers are the CPU's kernels "
+                       "and its speed is the host's running them through a boxed fallback, "
+                       "not a device's (docs/simnpu.md)")
         if not run.complete:
             out.append(f"{what} did not complete: records of checks it did not reach are "
                        "not compared")
