@@ -195,6 +195,8 @@ def test_held_out_accuracy_lower_beyond_its_rule_is_a_training_difference():
     assert diff.section == "training" and "-3.00 points" in diff.summary
     assert parity.curves[0]["reference"] == [2.3, 1.0, 0.5]
     assert parity.curves[0]["here"] == [2.3, 1.4, 0.9]
+    assert parity.curves[0]["accuracy"] == {"reference": 91.0, "here": 88.0}
+    assert parity.curves[0]["accuracy_points"] == pytest.approx(-3.0)
 
 
 def test_an_optimizer_state_dtype_that_differs_is_a_training_difference():

@@ -356,8 +356,24 @@ class _Context:
             return
         parts = ref.id.split("/")
         label = " ".join(parts[2:4]) if len(parts) >= 4 else ref.id
-        self.curves.append({"id": ids.subject_of(ref.id), "label": label,
-                            "reference": a, "here": b})
+        subject = ids.subject_of(ref.id)
+        self.curves.append({"id": subject, "label": label, "reference": a, "here": b,
+                            **self.convergence_numbers(subject)})
+
+    def convergence_numbers(self, subject: str) -> dict:
+        """Both devices' final-window loss, held-out accuracy (and the difference in points),
+        skipped steps and oscillation ratio of one convergence check, from its records."""
+        out: dict[str, Any] = {}
+        for key, (criterion, metric) in CONVERGENCE_NUMBERS.items():
+            rid = f"{subject}/{criterion}"
+            a, b = self.reference.records.get(rid), self.here.records.get(rid)
+            if a is not None and b is not None and metric in a.metrics and metric in b.metrics:
+                out[key] = {"reference": a.metrics[metric], "here": b.metrics[metric]}
+        accuracy = out.get("accuracy")
+        if accuracy and _number(accuracy["here"]) is not None \
+                and _number(accuracy["reference"]) is not None:
+            out["accuracy_points"] = _number(accuracy["here"]) - _number(accuracy["reference"])
+        return out
 
     # ---- what was not compared
     def explain_uncompared(self, common: list[str]) -> None:
@@ -383,6 +399,13 @@ class _Context:
             if why:
                 self.not_compared[section] = "; ".join(why)
 
+
+CONVERGENCE_NUMBERS = {"final_loss": ("loss_falls", "final_window_loss"),
+                       "accuracy": ("accuracy", "accuracy"),
+                       "skipped_steps": ("skipped_steps", "skipped_steps"),
+                       "oscillation_ratio": ("oscillation", "oscillation_ratio")}
+"""What a loss curve carries besides the two curves: name -> (the convergence check's
+criterion record, its metric) (suites/amp/test_convergence.py)."""
 
 NOTHING = {
     "ops": "no op record measured on both devices",

@@ -70,7 +70,9 @@ class Parity:
     not_compared: dict[str, str]                   # per section: why nothing (or less) was compared
     thresholds: dict[str, Any]                     # the thresholds used, with their sources
     op_ratios: list[dict[str, Any]]                # {"op", "dtype", "ratio", "id"}: the heat map
-    curves: list[dict[str, Any]]                   # {"id", "label", "reference": [..], "here": [..]}
+    curves: list[dict[str, Any]]                   # {"id", "label", "reference": [..], "here": [..],
+    #   and where recorded "final_loss", "accuracy", "skipped_steps", "oscillation_ratio":
+    #   {"reference", "here"}, "accuracy_points": here - reference}
     memory: list[dict[str, Any]]                   # {"id", "metric", "reference", "here", "ratio"}
     speed: list[dict[str, Any]]                    # {"id", "precision", "reference", "here", "ratio"}
     models: list[dict[str, Any]]                   # {"op", "reference": status, "here": status}
