@@ -234,6 +234,11 @@ def test_throughput_ratios_per_benchmark_with_precision_side_by_side():
     assert diff.section == "speed" and diff.ratio == pytest.approx(0.5)
 
 
+def test_a_benchmark_slower_than_its_own_baseline_is_judged_by_its_ratio_only():
+    parity = compare(full(CPU), full(NPU, b=bench(ms=10.5, status="slower")))
+    assert parity.verdict == "PARITY" and parity.speed[0]["ratio"] == pytest.approx(10 / 10.5)
+
+
 def test_skipped_benchmarks_say_why_speed_was_not_compared():
     parity = compare(full(CPU, b=bench(status="skip")), full(NPU, b=bench(status="skip")))
     assert parity.compared["speed"] == 0

@@ -235,8 +235,8 @@ class _Context:
     def status_difference(self, section: str, ref: Record, here: Record) -> bool:
         """A capability the reference device has and this one lacks (a blocker), or a
         check that passes there and fails here; True when one was added."""
-        if ref.status != Status.PASS or here.status == Status.PASS:
-            return False
+        if ref.status != Status.PASS or here.status in (Status.PASS, Status.SLOWER):
+            return False  # slower: than this device's own baseline; speed compares the two
         why = _first_line(here.message)
         if here.status in BLOCKING:
             self.difference(section, here, "blocker",
