@@ -282,10 +282,11 @@ def test_a_bare_check_name_is_a_built_in_rank_program_or_refused():
 def test_every_public_rank_program_is_built_in():
     import inspect
 
-    from harness.distributed import checks
+    from harness.distributed import checks, parallel
 
-    public = {name for name, fn in vars(checks).items() if inspect.isfunction(fn)
-              and fn.__module__ == checks.__name__ and not name.startswith("_")}
+    public = {name for module in (checks, parallel) for name, fn in vars(module).items()
+              if inspect.isfunction(fn) and fn.__module__ == module.__name__
+              and not name.startswith("_")}
     assert public == set(checks.BUILT_IN)
 
 

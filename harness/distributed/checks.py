@@ -733,8 +733,10 @@ def sampler(ctx, length: int = 0, drop_last: bool = False, epochs=(0, 1, 2), see
             "epochs": orders}
 
 
+from harness.distributed import parallel  # noqa: E402 - its programs reuse the helpers above
+
 BUILT_IN = {fn.__name__: fn for fn in (ddp_train, ddp_amp, ddp_buffers, sync_batchnorm,
-                                       collective, barrier, rank_skew, sampler)}
-BUILT_IN[pipeline.__name__] = pipeline
+                                       collective, barrier, rank_skew, sampler, pipeline,
+                                       *parallel.PARALLEL)}
 """The rank programs by the bare name torchrun users give them (Note [Naming a sub-check]
 in harness/distributed/subcheck.py)."""

@@ -8,6 +8,7 @@ without launching anything. Each ``judge_*`` returns a :class:`DistVerdict`, whi
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from typing import Any, Optional
 
@@ -442,3 +443,103 @@ def judge_skew(values: dict[int, dict], *, expect_complete: bool) -> DistVerdict
     if not problems:
         verdict.message = message
     return verdict
+
+
+# ------------------------------------------------ FSDP2 and tensor parallel (parallel.py)
+
+BF16_EXACT_LIMIT = 0.9
+"""Largest fraction of an FSDP2 mixed-precision gradient bfloat16 may hold exactly: a
+float32 reduction over ranks with different data leaves about half (ws 2) to three
+quarters (ws 4) of the elements needing more bits; a bfloat16 reduction leaves none
+(Note [Seeing the reduction dtype] in harness/distributed/parallel.py)."""
+
+FSDP_DTYPES = {"float32": ("float32", "float32", "float32"),
+               "bf16_mixed": ("bfloat16", "float32", "float32")}
+"""Per FSDP2 variant: the dtype the forward computes in (the policy's param_dtype), the
+sharded parameters' dtype and the gradients' dtype (both the parameters' own, float32)."""
+
+
+def judge_fsdp(values: dict[int, dict], *, variant: str) -> DistVerdict:
+    """FSDP2 vs one process on the full batch: gradients, parameters, dtypes, sharding,
+    and under mixed precision the reduction's precision."""
+    tol = DDP_TOLERANCE["bfloat16" if variant == "bf16_mixed" else "float32"]
+    grad, grad_rank, grad_step = _worst(values, "grad_err")
+    param, param_rank, param_step = _worst(values, "param_err")
+    problems = []
+    if grad > tol:
+        problems.append(f"gradients differ from one process on the full batch: max "
+                        f"normalised error {grad:.3g} > {tol:g} allowed ({variant}), rank "
+                        f"{grad_rank}, step {grad_step}")
+    if param > tol:
+        problems.append(f"parameters differ from the reference after the optimizer step: "
+                        f"{param:.3g} > {tol:g}, rank {param_rank}, step {param_step}")
+    want = FSDP_DTYPES[variant]
+    seen = {(v["compute_dtype"], v["param_dtype"], v["grad_dtype"]) for v in values.values()}
+    if seen != {want}:
+        problems.append(f"(compute, sharded parameter, gradient) dtypes {sorted(seen)}, "
+                        f"expected {want}")
+    unsharded = sorted(r for r, v in values.items() if not v["sharded"])
+    if unsharded:
+        problems.append(f"ranks {unsharded} hold more than their 1/ws share of a parameter")
+    metrics = {"grad_err": grad, "param_err": param, "compute_dtype": want[0] if seen ==
+               {want} else str(sorted(seen)), "unsharded_ranks": len(unsharded)}
+    rules = {"grad_err": lower(rel=10.0, abs=tol / 10), "param_err": lower(rel=10.0, abs=tol / 10),
+             "compute_dtype": equal(), "unsharded_ranks": equal(0)}
+    if variant == "bf16_mixed":
+        exact, exact_rank, exact_step = _worst(values, "bf16_exact_fraction")
+        if exact > BF16_EXACT_LIMIT:
+            problems.append(f"the reduced gradients look reduced in bfloat16, not float32: "
+                            f"{exact:.0%} of their elements are bfloat16 values (rank "
+                            f"{exact_rank}, step {exact_step}; at most {BF16_EXACT_LIMIT:.0%} "
+                            "allowed: a float32 mean over ranks with different data needs "
+                            "more bits): is the policy's reduce_dtype honoured?")
+        metrics["bf16_exact_fraction"] = exact
+        rules["bf16_exact_fraction"] = lower(rel=1.0, abs=0.2)
+    return DistVerdict.of(problems, metrics, rules, info={
+        "grad_err_per_step": {r: v.get("grad_err") for r, v in values.items()}})
+
+
+def judge_fsdp_round_trip(values: dict[int, dict]) -> DistVerdict:
+    """Sharded state saved and loaded into a fresh FSDP2 model: training on is
+    bit-identical to the model that never round-tripped."""
+    before = min(float(v["differs_before_load"]) for v in values.values())
+    loaded = max(float(v["param_diff_after_load"]) for v in values.values())
+    diff, diff_rank, diff_step = _worst(values, "param_diff")
+    entries = {tuple(v["optim_state_entries"]) for v in values.values()}
+    problems = []
+    if before == 0.0:
+        problems.append("the fresh model already equalled the trained one before loading: "
+                        "the round trip proved nothing (it needs another initialisation)")
+    if loaded != 0.0:
+        problems.append(f"the loaded parameters differ from the saved ones by {loaded:.3g}")
+    if diff != 0.0:
+        problems.append(f"training on after the round trip differs from training on without "
+                        f"it: max |diff| {diff:.3g} (rank {diff_rank}, step {diff_step} after "
+                        "loading); the model or optimizer state did not survive")
+    if any(len(set(e)) > 1 for e in entries):
+        problems.append(f"optimizer state entries (trained, restored) {sorted(entries)}: the "
+                        "restored optimizer lacks state")
+    metrics = {"param_diff_after_load": loaded, "param_diff": diff}
+    return DistVerdict.of(problems, metrics, {"param_diff_after_load": equal(0),
+                                              "param_diff": equal(0)},
+                          info={"differs_before_load": before,
+                                "optim_state_entries": sorted(entries)})
+
+
+def judge_tp(values: dict[int, dict]) -> DistVerdict:
+    """Column-then-row parallel MLP vs the MLP on one process: output, gradients, step."""
+    tol = DDP_TOLERANCE["float32"]
+    problems = []
+    metrics = {}
+    for key, what in (("out_err", "the forward output differs"),
+                      ("grad_err", "the gradients differ"),
+                      ("param_err", "the parameters after one SGD step differ")):
+        worst, rank, _ = _worst(values, key)
+        metrics[key] = worst
+        if worst > tol:
+            problems.append(f"{what} from the MLP on one process: max normalised "
+                            f"error {worst:.3g} > {tol:g} (float32), rank {rank}")
+    placements = {json.dumps(v["placements"], sort_keys=True) for v in values.values()}
+    return DistVerdict.of(problems, metrics,
+                          {key: lower(rel=10.0, abs=tol / 10) for key in metrics},
+                          info={"placements": sorted(placements)})

@@ -68,6 +68,9 @@ class Stream:
     def wait_stream(self, other) -> None:
         pass
 
+    def wait_event(self, event) -> None:  # FSDP2 orders its streams with events
+        pass
+
     def query(self) -> bool:
         return True
 

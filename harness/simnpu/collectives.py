@@ -23,6 +23,18 @@ Timeouts are gloo's: the group's ``timeout`` (``init_process_group(timeout=)``,
 ``HCCL_EXEC_TIMEOUT``; the simulator takes the shorter of the two when the variable is
 set (seconds), so a check of that limit runs on it.
 
+Note [A name for the group]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~
+DeviceMesh, FSDP2 and DTensor's functional collectives find a process group by its name,
+and torch gives a process group a name only through a backend registered on it (a Python
+``ProcessGroup`` without one raises "ProcessGroup name not set"). A Python class cannot
+be a C++ backend, so :class:`HostCollectives` registers its gloo group as the backend of
+both its device types: what torch calls by name on the group still reaches this class's
+methods (each one copies through the host), and every collective torch has a Python
+name for is one of them, the ``*_single`` ones (torch >= 2.13: FSDP2's all-gather and
+reduce-scatter) included. A call that reached the gloo backend with npu tensors anyway
+fails loudly ("ProcessGroupGloo::allgather: unsupported device type npu"), never wrong.
+
 Registered only by :func:`harness.simnpu.load` (``HARNESS_SIMNPU=1`` and no real
 torch_npu), never where a real ``hccl`` exists.
 """
@@ -103,6 +115,11 @@ class HostCollectives(dist.ProcessGroup):
         super().__init__(rank, size)
         self.timeout = exec_timeout(timeout)
         self.gloo = dist.ProcessGroupGloo(store, rank, size, self.timeout)
+        # Note [A name for the group]: a Python process group has a name (DeviceMesh,
+        # FSDP2 and DTensor's functional collectives find groups by name) only through
+        # a registered backend; the collectives themselves stay this class's methods.
+        for device in self._device_types:
+            self._register_backend(device, dist.ProcessGroup.BackendType.CUSTOM, self.gloo)
 
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
         return BACKEND
@@ -152,10 +169,22 @@ class HostCollectives(dist.ProcessGroup):
         return self._allgather_base(output, input, opts)
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
-        outs = _hosts(outputs)
+        # gloo has no such call: one _allgather_base per pair, in the same order on every
+        # rank (what gloo's own coalescing does)
+        for output, input_ in zip(outputs, inputs):
+            self._allgather_base(output, input_, opts)
+        return Done(outputs)
+
+    # the coalesced ``*_single`` calls (FSDP2, DTensor and the functional collectives use
+    # them); without them the call would reach the registered gloo backend with npu
+    # tensors (Note [A name for the group])
+    def all_gather_single_coalesced(self, outputs, inputs, opts=None):
+        return self.allgather_into_tensor_coalesced(outputs, inputs, opts)
+
+    def allgather_coalesced(self, output_lists, inputs, opts=None):
+        outs, ins = [_hosts(o) for o in output_lists], _hosts(inputs)
         opts = opts if opts is not None else dist.AllgatherOptions()
-        return self._run(self.gloo.allgather_into_tensor_coalesced(outs, _hosts(inputs), opts),
-                         outputs, outs)
+        return self._run(self.gloo.allgather_coalesced(outs, ins, opts), output_lists, outs)
 
     def gather(self, output_lists, inputs, opts=None):
         outs, ins = [_hosts(o) for o in output_lists], _hosts(inputs)
@@ -183,12 +212,24 @@ class HostCollectives(dist.ProcessGroup):
         """torch >= 2.13's reduce_scatter_single (as for :meth:`all_gather_single`)."""
         return self._reduce_scatter_base(output, input, opts)
 
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
+        for output, input_ in zip(outputs, inputs):
+            self._reduce_scatter_base(output, input_, opts)
+        return Done(outputs)
+
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
+        return self.reduce_scatter_tensor_coalesced(outputs, inputs, opts)
+
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes,  # noqa: A002
                       opts=None):
         out = _host(output)
         opts = opts if opts is not None else dist.AllToAllOptions()
         return self._run(self.gloo.alltoall_base(out, _host(input), output_split_sizes,
                                                  input_split_sizes, opts), output, out)
+
+    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes,  # noqa: A002
+                          opts=None):
+        return self.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts)
 
     def alltoall(self, outputs, inputs, opts=None):
         outs = _hosts(outputs)

@@ -401,8 +401,90 @@ BATCH_RECEIVES_OUT_OF_ORDER = patch_attr(
     checks=(f"{PIPELINE}[ws2-pipeline/batch_isend_irecv]",),
 )
 
+# ------------------------------------------------- FSDP2 and tensor parallel (parallel.py)
+
+PARALLEL = f"{SUITE}/test_dist_parallel.py"
+FSDP_FLOAT32 = f"{PARALLEL}::test_fsdp2_matches_single_process[ws2-fsdp/float32]"
+FSDP_MIXED = f"{PARALLEL}::test_fsdp2_matches_single_process[ws2-fsdp/bf16_mixed]"
+FSDP_STATE = f"{PARALLEL}::test_fsdp2_sharded_state_round_trip[ws2-fsdp/state_round_trip]"
+TP_MLP = f"{PARALLEL}::test_tensor_parallel_mlp_matches_one_device[ws2-tp/mlp]"
+
+
+def _avg_becomes_sum(original):
+    def reduce_scatter(*args, **kwargs):
+        import torch.distributed as dist
+
+        if len(args) > 2:
+            args = (*args[:2], dist.ReduceOp.SUM if args[2] == dist.ReduceOp.AVG else args[2],
+                    *args[3:])
+        elif kwargs.get("op") == dist.ReduceOp.AVG:
+            kwargs["op"] = dist.ReduceOp.SUM  # the fault: the mean is never divided
+        return original(*args, **kwargs)
+
+    return reduce_scatter
+
+
+FSDP_GRAD_SUMS = patch_attr(
+    "distributed.fsdp_grad_sums", family="distributed",
+    description="the reduce-scatter FSDP2 averages gradients with forgets to divide: "
+                "ReduceOp.AVG sums (gradients ws times too large)",
+    target="torch.distributed.reduce_scatter_single", replace=_avg_becomes_sum,
+    checks=(FSDP_FLOAT32,),
+)
+
+
+def _reduce_in_param_dtype(original):
+    def policy(*args, **kwargs):
+        kwargs["reduce_dtype"] = kwargs.get("param_dtype")  # the fault: fp32 asked, bf16 used
+        return original(*args, **kwargs)
+
+    return policy
+
+
+FSDP_REDUCE_DTYPE_BF16 = patch_attr(
+    "distributed.fsdp_reduce_dtype_bf16", family="distributed",
+    description="FSDP2's MixedPrecisionPolicy silently reduces gradients in its param_dtype "
+                "(bfloat16) although reduce_dtype=float32 was asked for",
+    target="torch.distributed.fsdp.MixedPrecisionPolicy", replace=_reduce_in_param_dtype,
+    checks=(FSDP_MIXED,),
+)
+
+
+def _drop_optimizer_state(original):
+    def load_state_dict(self, state_dict):
+        # the fault: the hyperparameters arrive, the per-parameter state does not
+        return original(self, {**state_dict, "state": {}})
+
+    return load_state_dict
+
+
+OPTIM_STATE_DROPPED = patch_attr(
+    "distributed.optim_state_dropped_on_load", family="distributed",
+    description="loading a (sharded) optimizer state_dict keeps the param groups but drops "
+                "the per-parameter state (AdamW's moments and step)",
+    target="torch.optim.Optimizer.load_state_dict", replace=_drop_optimizer_state,
+    checks=(FSDP_STATE,),
+)
+
+
+def _partial_not_reduced(original):
+    def reduce_value(self, tensor, mesh, mesh_dim):
+        return tensor  # the fault: each rank keeps its partial sum, no all-reduce
+
+    return reduce_value
+
+
+TP_PARTIAL_NOT_REDUCED = patch_attr(
+    "distributed.tp_partial_not_reduced", family="distributed",
+    description="DTensor's Partial -> Replicate redistribution skips the all-reduce: "
+                "RowwiseParallel's output is each rank's partial sum",
+    target="torch.distributed.tensor.placement_types.Partial._reduce_value",
+    replace=_partial_not_reduced, checks=(TP_MLP,),
+)
+
 FAULTS = [COMM_HOOK_SUMS, GRAD_NOT_REDUCED, BUFFERS_NOT_BROADCAST, SAMPLER_EPOCH_IGNORED,
           RANK_HANGS, RANK_STRAGGLES, DDP_INIT_NOT_BROADCAST, STATIC_GRAPH_SKIPS_BUCKET,
           ALL_TO_ALL_SWAPS_CHUNKS, ALL_TO_ALL_UNEVEN_TRUNCATED, ALL_TO_ALL_DROPS_LAST,
           ALL_GATHER_INTO_TENSOR_REVERSED, REDUCE_SCATTER_AVG_NOT_DIVIDED,
-          RECV_DROPS_GRADIENT, BATCH_RECEIVES_OUT_OF_ORDER]
+          RECV_DROPS_GRADIENT, BATCH_RECEIVES_OUT_OF_ORDER, FSDP_GRAD_SUMS,
+          FSDP_REDUCE_DTYPE_BF16, OPTIM_STATE_DROPPED, TP_PARTIAL_NOT_REDUCED]
