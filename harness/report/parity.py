@@ -235,8 +235,10 @@ def _section_tables(parity: Parity, section: str) -> list[tuple[str, list[str], 
         rows = sorted((r for r in parity.op_ratios
                        if isinstance(r.get("ratio"), (int, float)) and r["ratio"] > 1),
                       key=lambda r: -r["ratio"])
-        caption = (f"Error ratios above 1 ({min(len(rows), TOP_OPS)} of {len(rows)} records "
-                   f"above 1, of {len(parity.op_ratios)} compared; worst first)")
+        shown = f", the worst {TOP_OPS} shown" if len(rows) > TOP_OPS else ""
+        caption = (f"Error ratios above 1 ({len(rows)} of {len(parity.op_ratios)} compared "
+                   f"records{shown}; worst first)" if rows else
+                   f"Error ratios above 1 (of {len(parity.op_ratios)} compared records)")
         return [(caption, ["op", "dtype", "error ratio", "record"],
                  [[str(r.get("op")), str(r.get("dtype")), fmt_ratio(r["ratio"]), str(r.get("id"))]
                   for r in rows[:TOP_OPS]])] if parity.op_ratios else []

@@ -160,7 +160,7 @@ def op_heatmap(parity: Parity, limit: int = HEATMAP_OPS) -> Plot:
             if (op, dt) in worst:
                 grid[i, j] = min(max(worst[(op, dt)][0], edges[0]), top * 0.999)
     fig, ax = plt.subplots(figsize=(max(1.1 * len(dtypes) + 3.6, 7.0), 0.24 * len(ops) + 1.9))
-    ax.set_facecolor("#f2f2f2")  # no record of the op in that dtype
+    ax.set_facecolor("#dcdcdc")  # no record of the op in that dtype
     image = ax.imshow(grid, aspect="auto", cmap=cmap, norm=norm, interpolation="nearest")
     ax.set_xticks(range(len(dtypes)), dtypes, rotation=30, ha="right")
     ax.set_yticks(range(len(ops)), [o if len(o) <= 32 else o[:31] + "~" for o in ops],
