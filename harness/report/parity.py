@@ -7,7 +7,15 @@ what was compared, why anything was not, and the ranked differences each with th
 that reruns it, and last the thresholds with their sources.
 
 * :func:`terminal_lines`: the few lines ``python -m harness parity`` prints;
-* the Markdown and HTML reports (the go/no-go report's machinery) follow.
+* :func:`markdown`: the same tables as Markdown, the pictures named;
+* :func:`html_page`: one self-contained page: the go/no-go report's CSS and escaping
+  (:mod:`harness.report.render`), inline SVG pictures from
+  :mod:`harness.report.parity_plots` (the go/no-go report's matplotlib helpers), no
+  scripts, nothing loaded;
+* :func:`write`: either or both to files (``--html PATH``, ``--md PATH``), atomically.
+
+Differences are shown grouped per op or subject (Note [Parity groups]), every record
+still listed with its own reproduce command.
 
 Nothing here judges: the verdict, the ranking and every number are the comparison's.
 """
