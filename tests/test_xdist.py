@@ -10,6 +10,8 @@ once would show.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -100,6 +102,54 @@ def test_a_launch_survives_its_json_round_trip():
     launch_ = _fake_launch([])([SubCheck("a", "m:f")], 2, None)
     again = LaunchResult.from_json(json.loads(json.dumps(launch_.to_json())))
     assert again == launch_
+
+
+# ------------------------------------------------------ the family: one launch per size
+
+OWN_LAUNCH = {
+    "suites/distributed/test_dist_multinode.py::test_two_torchrun_nodes_on_loopback":
+        "checks torch's own launcher: two torchrun agents start its ranks",
+}
+"""Distributed tests that start processes of their own, not through the planner, and why."""
+
+_COLLECT = """
+import json, sys
+import pytest
+from harness.distributed import DistCase
+
+class Grab:
+    def pytest_collection_modifyitems(self, items):
+        out = []
+        for item in items:
+            spec = getattr(item, "callspec", None)
+            cases = [v for v in (spec.params.values() if spec else ()) if isinstance(v, DistCase)]
+            out.append({"node": item.nodeid, "fixtures": list(item.fixturenames),
+                        "cases": [[c.world_size, c.check.name, c.check.to_json()] for c in cases]})
+        print("COLLECTED " + json.dumps(out))
+
+pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "suites/distributed"],
+            plugins=[Grab()])
+"""
+
+
+def test_every_distributed_check_shares_its_world_sizes_launch():
+    """Note [One launch per world size]: every test of the family gets its outcome from the
+    planner (the ``dist`` fixture), except the ones in OWN_LAUNCH (with the reason); so a
+    default run launches once per world size, plus those. Two cases of one world size
+    never share a name with different sub-checks (the planner refuses that at run time)."""
+    proc = subprocess.run([sys.executable, "-c", _COLLECT], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("COLLECTED ")), None)
+    assert line is not None, proc.stdout[-2000:] + proc.stderr[-2000:]
+    tests = json.loads(line[len("COLLECTED "):])
+    own = sorted(t["node"] for t in tests if not t["cases"])
+    assert own == sorted(OWN_LAUNCH), f"tests that launch on their own: {own}"
+    assert all("dist" in t["fixtures"] for t in tests if t["cases"])
+    by_key: dict = {}
+    for t in tests:
+        for ws, name, check in t["cases"]:
+            assert by_key.setdefault((ws, name), check) == check, (ws, name)
+    assert {ws for ws, _ in by_key} == {2, 4}  # so: two planner launches per default run
 
 
 # ------------------------------------------------- two workers, two launches, no overlap
