@@ -234,6 +234,17 @@ def test_html_has_banner_runs_sections_every_reproduce_and_thresholds():
     assert "msprobe 3-way: RMSE ratio" in page
 
 
+def test_html_folds_the_groups_beyond_the_first_ones_and_keeps_every_command():
+    diffs = [_diff("ops", f"ops/op{i}/float16/fwd/typical", node=f"suites/x.py::test[{i}]")
+             for i in range(report.VISIBLE_GROUPS + 5)]
+    page = report.html_page(_parity("DIFFERENCES", diffs))
+    visible, folded = page.split("<details><summary>5 more group(s)")
+    assert f"test[{report.VISIBLE_GROUPS - 1}]" in visible
+    assert f"test[{report.VISIBLE_GROUPS}]" not in visible
+    assert f"test[{report.VISIBLE_GROUPS + 4}]" in folded
+    assert folded.index("</table></details>") < folded.index("Error ratios above 1")
+
+
 def test_long_ids_are_shown_whole_in_tables_and_shortened_in_pictures(tmp_path):
     pytest.importorskip("matplotlib")
     long_op = "very_long_operator_name_" * 4
@@ -334,6 +345,19 @@ def test_heat_map_shows_status_blockers_and_bars_show_their_thresholds():
     _, bars = parity_plots.speed_bars(parity)
     _, memory = parity_plots.memory_bars(parity)
     assert "threshold 0.8" in bars and "threshold 0.9" in memory
+
+
+def test_heat_map_keeps_room_for_the_worst_ratios_when_blockers_are_many():
+    pytest.importorskip("matplotlib")
+    from harness.report import parity_plots
+
+    diffs = [_diff("ops", f"ops/blocked{i:02d}/float16/fwd/typical", "blocker", None)
+             for i in range(60)]
+    parity = _parity("BLOCKERS", diffs)
+    title, svg = parity_plots.op_heatmap(parity, limit=10)
+    assert title.startswith("Error-ratio heat map (10 of 63 ops: those with a blocker, then")
+    assert ">mm<" in svg and ">add<" in svg and ">exp<" in svg  # every op with a ratio
+    assert ">blocked04<" in svg and ">blocked08<" not in svg
 
 
 # --------------------------------------------------------------------------- browser

@@ -474,6 +474,37 @@ def html_page(parity: Parity, pictures: Optional[dict[str, list[tuple[str, str]]
     return "\n".join(out) + "\n"
 
 
+VISIBLE_GROUPS = 25
+"""Groups of differences a section shows before folding the rest (the HTML)."""
+
+
+def _html_group(index: int, group: Group) -> list[str]:
+    """A group's rows: its worst record, that record's command, its records folded."""
+    from harness.report.render import escape
+
+    d = group.worst
+    sev = escape(d.severity)
+    out = [f'<tr class="{sev}"><td class="n">{index}</td><td>{sev}</td>'
+           f'<td class="rid"><code>{escape(group.label())}</code></td>'
+           f"<td>{escape(_what(group))}</td><td>{escape(fmt_value(d.reference))}</td>"
+           f"<td>{escape(fmt_value(d.here))}</td>"
+           f'<td class="n">{escape(fmt_ratio(d.ratio))}</td></tr>',
+           f'<tr class="{sev}"><td></td><td class="repro" colspan="6">reproduce'
+           f"{' (its worst record)' if len(group.members) > 1 else ''}: "
+           f"<code>{escape(d.reproduce)}</code></td></tr>"]
+    if len(group.members) > 1:
+        rows = "".join(
+            f'<tr><td class="rid"><code>{escape(m.id)}</code></td>'
+            f"<td>{escape(m.summary)}</td>"
+            f'<td class="n">{escape(fmt_ratio(m.ratio))}</td>'
+            f"<td><code>{escape(m.reproduce)}</code></td></tr>" for m in group.members)
+        out.append(f'<tr class="{sev}"><td></td><td colspan="6"><details><summary>'
+                   f"the {len(group.members)} records, each with its reproduce command"
+                   "</summary><table><tr><th>record</th><th>what differs</th>"
+                   f"<th>ratio</th><th>reproduce</th></tr>{rows}</table></details></td></tr>")
+    return out
+
+
 def _html_section(parity: Parity, section: str, pictures: list[tuple[str, str]]) -> list[str]:
     from harness.report.render import escape
 
@@ -485,33 +516,20 @@ def _html_section(parity: Parity, section: str, pictures: list[tuple[str, str]])
         out.append(f'<p class="missing">NOT COMPARED: {escape(why)}</p>')
     if diffs:
         found = groups(parity, section)
+        head = ('<table class="diffs"><tr><th>#</th><th>severity</th><th>subject</th>'
+                "<th>what differs (its worst record)</th><th>reference</th><th>here</th>"
+                "<th>ratio</th></tr>")
         out.append(f"<h3>Differences ({escape(_counted(diffs, found))}), worst first</h3>"
-                   '<table class="diffs"><tr><th>#</th><th>severity</th><th>subject</th>'
-                   "<th>what differs (its worst record)</th><th>reference</th><th>here</th>"
-                   "<th>ratio</th></tr>")
-        for index, group in enumerate(found, 1):
-            d = group.worst
-            sev = escape(d.severity)
-            out.append(f'<tr class="{sev}"><td class="n">{index}</td><td>{sev}</td>'
-                       f'<td class="rid"><code>{escape(group.label())}</code></td>'
-                       f"<td>{escape(_what(group))}</td><td>{escape(fmt_value(d.reference))}</td>"
-                       f"<td>{escape(fmt_value(d.here))}</td>"
-                       f'<td class="n">{escape(fmt_ratio(d.ratio))}</td></tr>')
-            out.append(f'<tr class="{sev}"><td></td><td class="repro" colspan="6">reproduce'
-                       f"{' (its worst record)' if len(group.members) > 1 else ''}: "
-                       f"<code>{escape(d.reproduce)}</code></td></tr>")
-            if len(group.members) > 1:
-                rows = "".join(
-                    f'<tr><td class="rid"><code>{escape(m.id)}</code></td>'
-                    f"<td>{escape(m.summary)}</td>"
-                    f'<td class="n">{escape(fmt_ratio(m.ratio))}</td>'
-                    f"<td><code>{escape(m.reproduce)}</code></td></tr>" for m in group.members)
-                out.append(f'<tr class="{sev}"><td></td><td colspan="6"><details><summary>'
-                           f"the {len(group.members)} records, each with its reproduce command"
-                           "</summary><table><tr><th>record</th><th>what differs</th>"
-                           f"<th>ratio</th><th>reproduce</th></tr>{rows}</table></details>"
-                           "</td></tr>")
+                   + head)
+        for index, group in enumerate(found[:VISIBLE_GROUPS], 1):
+            out += _html_group(index, group)
         out.append("</table>")
+        if len(found) > VISIBLE_GROUPS:  # the rest folded, so the pictures stay in reach
+            out.append(f"<details><summary>{len(found) - VISIBLE_GROUPS} more group(s), "
+                       "each with its records and their reproduce commands</summary>" + head)
+            for index, group in enumerate(found[VISIBLE_GROUPS:], VISIBLE_GROUPS + 1):
+                out += _html_group(index, group)
+            out.append("</table></details>")
     else:
         out.append("<p>No difference beyond the thresholds.</p>" if parity.compared.get(section)
                    else "<p>No difference (nothing compared).</p>")

@@ -138,12 +138,15 @@ def op_heatmap(parity: Parity, limit: int = HEATMAP_OPS) -> Plot:
     from matplotlib.patches import Rectangle
 
     def op_worst(op: str) -> float:
-        if any(o == op for o, _ in statuses):
-            return math.inf  # a status difference (a blocker) ranks above any ratio
         return max(v[0] for (o, _), v in worst.items() if o == op)
 
     everything = sorted({op for op, _ in worst} | {op for op, _ in statuses})
-    ops = sorted(everything, key=lambda o: (-op_worst(o), o))[:limit]
+    # the ops with a status difference (blockers) first, but in at most half the rows when
+    # ops with ratios would be left out: the worst ratios must stay in the picture
+    blocked = sorted({op for op, _ in statuses})
+    rated = sorted((o for o in everything if o not in blocked), key=lambda o: (-op_worst(o), o))
+    room = max(limit - len(rated), limit // 2)
+    ops = (blocked[:room] + rated)[:limit]
     dtypes = sorted({dt for _, dt in worst} | {dt for _, dt in statuses},
                     key=lambda dt: (dt in ("-", "None", ""), dt))  # no dtype: last
     top = 16.0
@@ -187,8 +190,8 @@ def op_heatmap(parity: Parity, limit: int = HEATMAP_OPS) -> Plot:
                  f"{parity.reference.device_type} error\n(same CPU reference; 3-way bands: "
                  "<= 1 pass, 1-2 warning, > 2 error;\nmax relative error: 1-10 warning, "
                  "> 10 error, drawn on the same scale)", fontsize=9)
-    shown = (f"{len(ops)} of {len(everything)} ops, worst first" if len(ops) < len(everything)
-             else f"{len(ops)} ops")
+    shown = (f"{len(ops)} of {len(everything)} ops: those with a blocker, then the worst "
+             "ratios" if len(ops) < len(everything) else f"{len(ops)} ops")
     dark = (f"; dark: {', '.join(sorted({v for v in statuses.values()}))} here where the "
             "reference passes" if statuses else "")
     return (f"Error-ratio heat map ({shown}; the number: the ratio, shown above 1{dark}; "
