@@ -272,6 +272,12 @@ def test_write_draws_a_picture_per_section_with_data_and_markdown_names_them(tmp
     assert not list(tmp_path.glob(".*.tmp"))  # atomic writes leave no temp file
 
 
+def test_html_page_alone_draws_its_pictures():
+    pytest.importorskip("matplotlib")
+    assert report.html_page(_blockers()).count("<svg") == 4
+    assert "<svg" not in report.html_page(_blockers(), pictures={})
+
+
 def test_without_matplotlib_the_report_renders_and_says_why(tmp_path, monkeypatch):
     from harness.report import parity_plots
 

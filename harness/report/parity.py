@@ -441,12 +441,15 @@ def html_page(parity: Parity, pictures: Optional[dict[str, list[tuple[str, str]]
               notes: Optional[list[str]] = None) -> str:
     """The report as one self-contained HTML page (inline CSS and SVG, no scripts).
 
-    ``pictures`` maps a section to its ``(title, svg)`` pictures
-    (:func:`harness.report.parity_plots.render_all`); ``notes`` say why some are missing.
+    ``pictures`` maps a section to its ``(title, svg)`` pictures and ``notes`` say why some
+    are missing (:func:`harness.report.parity_plots.render_all`, drawn here when
+    ``pictures`` is None; ``{}`` for a page without them).
     """
+    from harness.report import parity_plots
     from harness.report.render import CSS, escape
 
-    pictures = pictures or {}
+    if pictures is None:
+        pictures, notes = parity_plots.render_all(parity)
     title = f"{verdict_line(parity)}: {parity.reference.name} -> {parity.here.name}"
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
            '<meta name="viewport" content="width=device-width, initial-scale=1">',
