@@ -112,6 +112,15 @@ def test_an_op_error_above_twice_the_reference_devices_is_a_difference_in_ops():
     assert parity.op_ratios[0]["judgement"] == "error"
 
 
+def test_a_ratio_from_another_kernel_says_which_kernels_ran():
+    ref, here = op(), op(rmse=3e-8)
+    ref.info = {"aten_ops": {"fwd": ["aten._flash_attention_for_cpu", "aten.detach"]}}
+    here.info = {"aten_ops": {"fwd": ["aten.bmm", "aten._safe_softmax", "aten.detach"]}}
+    (diff,) = compare(run(CPU, ref), run(NPU, here)).differences
+    assert diff.summary.endswith("other kernels: cpu ran aten._flash_attention_for_cpu, here "
+                                 "aten.bmm, aten._safe_softmax")
+
+
 def test_an_op_error_between_one_and_two_times_is_a_warning_not_a_difference():
     parity = compare(full(CPU), full(NPU, o=op(rmse=1.5e-8)))
     assert parity.verdict == "PARITY"

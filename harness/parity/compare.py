@@ -282,9 +282,22 @@ class _Context:
         status = f"; {here.status} here: {_first_line(here.message)}" if failing else ""
         self.difference(section, here, "difference",
                         f"{key} {_fmt(here.metrics[key])} is {_fmt(ratio)}x {self.ref_name}'s "
-                        f"{_fmt(ref.metrics[key])} (3-way error: above {limit:g}x){status}",
+                        f"{_fmt(ref.metrics[key])} (3-way error: above {limit:g}x){status}"
+                        + self.kernels(ref, here),
                         _error_metrics(ref, key), _error_metrics(here, key), ratio, badness)
         return True
+
+    def kernels(self, ref: Record, here: Record) -> str:
+        """``; other kernels: cpu ran X, here Y`` when the two records' DUT computations
+        dispatched different aten ops (``info["aten_ops"]`` of the op checks), the likely
+        cause of a ratio: another kernel, not the same kernel less accurate."""
+        direction = ids.direction_of(ref.id) or "fwd"
+        a = (ref.info.get("aten_ops") or {}).get(direction)
+        b = (here.info.get("aten_ops") or {}).get(direction)
+        if not isinstance(a, list) or not isinstance(b, list) or set(a) == set(b):
+            return ""
+        return (f"; other kernels: {self.ref_name} ran {', '.join(_short(a))}, here "
+                f"{', '.join(_short(b))}")
 
     # ---- memory
     def memory_record(self, ref: Record, here: Record) -> None:
@@ -391,7 +404,9 @@ class _Context:
                          and section_of(r) == section) if section in only_here else 0
             if n_ref or n_here:
                 why.append(f"{n_ref} record(s) only in the reference run, {n_here} only here "
-                           "(not run on the other device: run the same selection on both)")
+                           "(recorded under another id on the other device, e.g. its "
+                           "preferred AMP dtype, or not run there: run the same selection on "
+                           "both)")
             if section == "training":
                 for prefix, differ in self.per_device.items():
                     why.append(f"{len(differ)} {prefix}* record(s) differ in their numbers: "
@@ -475,6 +490,13 @@ def _inventory_row(ref: Record, here: Record) -> dict:
     parts = ref.id.split("/")
     return {"op": parts[3] if len(parts) > 3 else ref.id, "model": parts[1],
             "reference": str(ref.status), "here": str(here.status), "id": ref.id}
+
+
+def _short(ops: list, limit: int = 6) -> list[str]:
+    """The aten ops of a computation, without the bookkeeping ones, at most ``limit``."""
+    shown = [o for o in ops if o not in ("aten.detach", "aten.view", "aten._unsafe_view",
+                                         "aten.expand", "aten.transpose")]
+    return shown[:limit] + ([f"... {len(shown) - limit} more"] if len(shown) > limit else [])
 
 
 def _precision(record_id: str) -> str:
