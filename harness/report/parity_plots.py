@@ -18,8 +18,9 @@ everywhere and one eye reads them all:
   hundreds) and says how many it left out;
 * the loss curves of both devices share one panel per curve (the reference thick and
   grey, this device thin on top), so a divergence or an oscillation shows where it starts;
-* memory and speed are bars of the ratio around a line at 1: a max batch or a throughput
-  below 1 is worse here, a peak per step above 1 is worse here; throughput bars of one
+* memory and speed are bars of the ratio around a line at 1 and the comparison's
+  threshold (dashed): a max batch or a throughput below 1 is worse here, a peak per step
+  above 1 is worse here; a memory bar is red beyond its threshold; throughput bars of one
   benchmark stand side by side per precision (fp32 beside fp16/bf16), because "slower in
   fp32 than fp16" is one of the things a migration fears.
 """
@@ -252,7 +253,7 @@ def loss_curves(parity: Parity, per_row: int = 3) -> Plot:
 
 def memory_bars(parity: Parity, per_row: int = 2) -> Plot:
     """Memory ratios (here / reference) per case, one panel per metric (max batch, peaks);
-    red beyond the comparison's threshold, amber worse but within it, green otherwise."""
+    red beyond the comparison's threshold (a difference), blue within it."""
     metrics: dict[str, list[tuple[str, float]]] = {}
     for row in parity.memory:
         ratio = _finite(row.get("ratio"))
@@ -264,15 +265,20 @@ def memory_bars(parity: Parity, per_row: int = 2) -> Plot:
         return None
     plt = pyplot()
     names = sorted(metrics, key=lambda m: (m != "max_batch", m))  # max batch first
-    height = max(len(v) for v in metrics.values())
     cols = min(per_row, len(names))
     grid_rows = math.ceil(len(names) / cols)
-    fig, axes = plt.subplots(grid_rows, cols, figsize=(5.6 * cols, (0.32 * height + 1.4)
-                                                       * grid_rows), squeeze=False)
+    # each row of panels as tall as its longest panel (in cases), so that a bar is equally
+    # thick everywhere and a panel of two cases is not stretched to the height of ten
+    heights = [max(len(metrics[m]) for m in names[r * cols:(r + 1) * cols])
+               for r in range(grid_rows)]
+    fig, axes = plt.subplots(grid_rows, cols, squeeze=False,
+                             figsize=(5.6 * cols, sum(0.32 * h + 1.4 for h in heights)),
+                             gridspec_kw={"height_ratios": [0.32 * h + 1.4 for h in heights]})
     for ax in axes.flat[len(names):]:
         ax.set_visible(False)
-    for ax, metric in zip(axes.flat, names):
+    for index, (ax, metric) in enumerate(zip(axes.flat, names)):
         rows = metrics[metric]
+        height = heights[index // cols]
         lower_is_worse = "batch" in metric
         limit = (_threshold(parity, "memory", "max_batch_ratio", "below") if lower_is_worse
                  else _threshold(parity, "memory", "peak_ratio", "above"))
@@ -287,7 +293,7 @@ def memory_bars(parity: Parity, per_row: int = 2) -> Plot:
             ax.text(limit, -0.6, f"threshold {limit:g}", color="#c0392b", fontsize=7,
                     ha="center", va="bottom")
         ax.set_yticks(range(len(rows)), [_short(i) for i, _ in rows], fontsize=7)
-        ax.set_ylim(len(rows) - 0.5, -0.9)  # inverted, with room for the threshold's label
+        ax.set_ylim(height - 0.5, -0.9)  # inverted, with room for the threshold's label
         ax.set_xlim(0, top)
         ax.set_title(f"{metric}: here / reference "
                      f"({'below' if lower_is_worse else 'above'} 1 is worse here)", fontsize=9)
@@ -296,11 +302,10 @@ def memory_bars(parity: Parity, per_row: int = 2) -> Plot:
 
 
 def _bar_colour(ratio: float, lower_is_worse: bool, limit: Optional[float]) -> str:
-    worse = ratio < 1 if lower_is_worse else ratio > 1
+    """Red beyond the comparison's threshold, the neutral blue within it: the colour says
+    what the comparison decided, the bar's length by how much."""
     beyond = limit is not None and (ratio < limit if lower_is_worse else ratio > limit)
-    if beyond:
-        return "#c0392b"
-    return "#e8a33d" if worse and abs(ratio - 1) > 1e-9 else "#4c9a2a"
+    return "#c0392b" if beyond else "#5b7fa6"
 
 
 # ---------------------------------------------------------------------------- speed
