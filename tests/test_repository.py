@@ -75,3 +75,16 @@ def test_a_reference_outside_is_found(tmp_path):
     assert _outside_hits(here, "see " + "../" * 2 + "elsewhere/notes", set())
     assert not _outside_hits(here, "see ../README.md", set())
     assert _outside_hits(here, "as GUIDE.md says", {"GUIDE.md"})
+
+
+def test_test_modules_have_unique_names():
+    """tests/ and suites/ have no __init__.py, so pytest imports each test module by its
+    base name (rootdir-relative "prepend" import): two files of one name break collection
+    of a plain ``pytest`` run ("import file mismatch")."""
+    seen: dict[str, Path] = {}
+    clashes = []
+    for path in sorted([*(ROOT / "tests").rglob("test_*.py"), *(ROOT / "suites").rglob("test_*.py")]):
+        if path.name in seen:
+            clashes.append(f"{seen[path.name].relative_to(ROOT)} and {path.relative_to(ROOT)}")
+        seen.setdefault(path.name, path)
+    assert not clashes, "test modules sharing a name (rename one): " + "; ".join(clashes)
