@@ -133,3 +133,41 @@ def test_exclusive_faults_run_alone_after_the_others(monkeypatch, tmp_path):
     first_alone = names.index("clean --bench")
     assert set(names[first_alone:]) == {"clean --bench", "timing.a", "timing.b"}
     assert all(concurrent == 1 for _, concurrent in log[first_alone:])
+
+
+def test_a_run_that_died_without_results_runs_once_more(monkeypatch, tmp_path):
+    """Note [A run that died]: no results file and no timeout -> one more run, said in its
+    output; a run stopped by the timeout is not rerun; a second death is reported as such."""
+    import json as json_mod
+    import signal as signal_mod
+
+    from harness.faults import check as fault_check
+
+    calls = []
+
+    def runs(*results):  # each: (exit code, output, outcomes or None: no results file)
+        def fake(args, results_dir, *, root, timeout, env):
+            code, output, outcomes = results[len(calls)]
+            calls.append(args)
+            if outcomes is not None:
+                (results_dir / "r.json").write_text(json_mod.dumps({"outcomes": outcomes}))
+            return code, output
+        return fake
+
+    monkeypatch.setattr(fault_check, "_run_once",
+                        runs((-signal_mod.SIGKILL, "FFF", None), (1, "3 failed", {"t::x": "failed"})))
+    outcome = fault_check.run_pytest(["t"], tmp_path / "a", root=tmp_path, timeout=5)
+    assert len(calls) == 2 and outcome.failed == ["t::x"]
+    assert "ended without writing its results (killed by SIGKILL)" in outcome.output
+    assert outcome.output.endswith("3 failed")
+
+    calls.clear()
+    monkeypatch.setattr(fault_check, "_run_once",
+                        runs((-9, f"{fault_check.KILLED_MARK} 5 s", None)))
+    outcome = fault_check.run_pytest(["t"], tmp_path / "b", root=tmp_path, timeout=5)
+    assert len(calls) == 1 and not outcome.outcomes  # a hang is not rerun
+
+    calls.clear()
+    monkeypatch.setattr(fault_check, "_run_once", runs((3, "died", None), (3, "died again", None)))
+    outcome = fault_check.run_pytest(["t"], tmp_path / "c", root=tmp_path, timeout=5)
+    assert len(calls) == 2 and not outcome.outcomes and "exit code 3" in outcome.output

@@ -155,25 +155,63 @@ def _child(args: list[str], root: str, env: dict, log: str) -> None:
 def run_pytest(args: Sequence[str], results_dir: Path, *, root: Path, timeout: float,
                env: Optional[dict] = None) -> RunOutcome:
     """Run pytest in a fresh process of its own session (Note [Fault runs from a fork
-    server]); outcomes come from the results file it writes."""
+    server]); outcomes come from the results file it writes.
+
+    A run that ends without writing its results file, and was not stopped by ``timeout``,
+    measured nothing (Note [A run that died]); it runs once more, and its output says so.
+    """
     start = time.monotonic()
-    results_dir.mkdir(parents=True, exist_ok=True)  # the plugin creates no missing folder
+    notes = ""
+    for attempt in range(2):
+        results_dir.mkdir(parents=True, exist_ok=True)  # the plugin creates no missing folder
+        exit_code, output = _run_once(args, results_dir, root=root, timeout=timeout, env=env)
+        outcomes = _outcomes(results_dir)
+        if outcomes or KILLED_MARK in output or attempt:
+            break
+        notes = (f"{SAY} the first run ended without writing its results "
+                 f"({_exit_text(exit_code)}); its output ended:\n"
+                 f"{output[-OUTPUT_TAIL // 2:]}\n{SAY} ran it once more:\n")
+    return RunOutcome(exit_code, outcomes, time.monotonic() - start, notes + output)
+
+
+# Note [A run that died]
+# ~~~~~~~~~~~~~~~~~~~~~~
+# A fault run whose pytest ends without writing its results file (killed by a signal from
+# outside, e.g. the kernel's OOM killer on a host running other work beside it; a crash in
+# the interpreter) judged nothing: counting it as "not caught" would blame the check, and
+# counting it as caught would be a lie. It runs once more; the report keeps what the first
+# run printed and its exit code, so a run that dies repeatedly is seen, not hidden. A run
+# stopped by ``--timeout`` is not rerun: a hang is what the distributed faults provoke.
+
+SAY = "[faults check]"
+KILLED_MARK = f"{SAY} killed after"
+
+
+def _exit_text(code: int) -> str:
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-code).name}"
+    return f"exit code {code}"
+
+
+def _run_once(args: Sequence[str], results_dir: Path, *, root: Path, timeout: float,
+              env: Optional[dict]) -> tuple[int, str]:
     child_env = {k: v for k, v in os.environ.items() if k != ENV_VAR}
     child_env.update(env or {})
     context = _fork_context()
     if context is None:
-        exit_code, output = _run_subprocess(_pytest_args(args, results_dir), root, timeout,
-                                            child_env)
-    else:
-        exit_code, output = _run_forked(context, _pytest_args(args, results_dir), root,
-                                        timeout, child_env)
+        return _run_subprocess(_pytest_args(args, results_dir), root, timeout, child_env)
+    return _run_forked(context, _pytest_args(args, results_dir), root, timeout, child_env)
+
+
+def _outcomes(results_dir: Path) -> dict[str, str]:
     outcomes: dict[str, str] = {}
     for path in sorted(results_dir.glob("*.json")):
         try:
             outcomes.update(json.loads(path.read_text()).get("outcomes", {}))
         except (OSError, ValueError):
             continue
-    return RunOutcome(exit_code, outcomes, time.monotonic() - start, output)
+    return outcomes
 
 
 def _kill_group(pid: int) -> None:
@@ -198,7 +236,7 @@ def _run_forked(context, args: list[str], root: Path, timeout: float,
             proc.join()
         output = Path(log).read_text(errors="replace")
         if killed:
-            output += f"\n[faults check] killed after {timeout:.0f} s"
+            output += f"\n{KILLED_MARK} {timeout:.0f} s"
         return (proc.exitcode if proc.exitcode is not None else -9), output
     finally:
         with contextlib.suppress(OSError):
@@ -214,7 +252,7 @@ def _run_subprocess(args: list[str], root: Path, timeout: float, env: dict) -> t
     except subprocess.TimeoutExpired:
         _kill_group(proc.pid)
         output, _ = proc.communicate()
-        output += f"\n[faults check] killed after {timeout:.0f} s"
+        output += f"\n{KILLED_MARK} {timeout:.0f} s"
     finally:
         _kill_group(proc.pid)
     return proc.returncode, output
