@@ -3,18 +3,15 @@
 import copy
 import json
 import re
-import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
+from browser import dump_dom, needs_chromium
 
 from harness import baselines, cli, report, results
 from harness.report import model, plots, render
 from harness.results import Record, RunResults, equal, lower
 
-CHROMIUM = Path("/usr/bin/chromium")
 ERR = {"better": "lower", "rel": 2.0, "abs": 1e-6}
 BWD = {"fwd": ["aten.sub", "aten.norm", "aten.clamp_min", "aten.mean"],
        "bwd": ["aten.where", "aten.ge", "aten.mul"]}
@@ -357,25 +354,13 @@ def test_baseline_diff_counts_lost_only_for_tests_that_ran(store, capsys):
 
 # --------------------------------------------------------------------------- browser
 
-@pytest.mark.skipif(not CHROMIUM.exists(), reason="no /usr/bin/chromium (Debian's chromium "
-                    "package): the browser render test needs it")
+@needs_chromium
 def test_report_renders_in_headless_chromium(fingerprint, tmp_path):
     pytest.importorskip("matplotlib")
     base, run = _runs(fingerprint)
     [path, _] = report.write(report.build(run, base, baseline_name="torch-2.3.0"),
                              tmp_path / "r.html", tmp_path / "r.md")
-    profile = tempfile.mkdtemp(prefix="chromium-")
-    try:
-        done = subprocess.run(
-            [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-             "--no-first-run", "--disable-background-networking", "--disable-component-update",
-             "--disable-sync", f"--user-data-dir={profile}", "--window-size=1280,2000",
-             "--virtual-time-budget=5000", "--dump-dom", path.as_uri()],
-            capture_output=True, text=True, timeout=180)
-    finally:
-        shutil.rmtree(profile, ignore_errors=True)
-    assert done.returncode == 0, done.stderr[-2000:]
-    dom = done.stdout
+    dom = dump_dom(path)
     assert "VERDICT: NO-GO" in dom
     for section in ("cause", "groups", "counts", "movers", "stack", "plots"):
         assert f'id="{section}"' in dom

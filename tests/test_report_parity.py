@@ -2,14 +2,13 @@
 commands, thresholds, pictures; terminal, Markdown, HTML, and a real browser render."""
 
 import re
-from pathlib import Path
 
 import pytest
+from browser import dump_dom, needs_chromium
 
 from harness.parity.model import SECTIONS, Difference, Parity, RunSide
 from harness.report import parity as report
 
-CHROMIUM = Path("/usr/bin/chromium")
 REPRO = "python -m pytest '{node}' --device npu --seed 0 -p no:randomly"
 
 
@@ -368,27 +367,11 @@ def test_heat_map_keeps_room_for_the_worst_ratios_when_blockers_are_many():
 
 # --------------------------------------------------------------------------- browser
 
-@pytest.mark.skipif(not CHROMIUM.exists(), reason="no /usr/bin/chromium (Debian's chromium "
-                    "package): the browser render test needs it")
+@needs_chromium
 def test_parity_report_renders_in_headless_chromium(tmp_path):
-    import shutil
-    import subprocess
-    import tempfile
-
     pytest.importorskip("matplotlib")
     [path] = report.write(_blockers(), tmp_path / "p.html")
-    profile = tempfile.mkdtemp(prefix="chromium-")
-    try:
-        done = subprocess.run(
-            [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-             "--no-first-run", "--disable-background-networking", "--disable-component-update",
-             "--disable-sync", f"--user-data-dir={profile}", "--window-size=1280,2000",
-             "--virtual-time-budget=5000", "--dump-dom", path.as_uri()],
-            capture_output=True, text=True, timeout=180)
-    finally:
-        shutil.rmtree(profile, ignore_errors=True)
-    assert done.returncode == 0, done.stderr[-2000:]
-    dom = done.stdout
+    dom = dump_dom(path)
     assert "PARITY: BLOCKERS (exit 1)" in dom
     for section in ("runs",) + SECTIONS + ("thresholds",):
         assert f'id="{section}"' in dom
