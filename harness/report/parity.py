@@ -446,14 +446,12 @@ def html_page(parity: Parity, pictures: Optional[dict[str, list[tuple[str, str]]
     ``pictures`` is None; ``{}`` for a page without them).
     """
     from harness.report import parity_plots
-    from harness.report.render import CSS, escape
+    from harness.report.render import CSS, escape, page_head
 
     if pictures is None:
         pictures, notes = parity_plots.render_all(parity)
-    title = f"{verdict_line(parity)}: {parity.reference.name} -> {parity.here.name}"
-    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-           '<meta name="viewport" content="width=device-width, initial-scale=1">',
-           f"<title>{escape(title)}</title><style>{CSS}{PARITY_CSS}</style></head><body><main>"]
+    out = page_head(f"{verdict_line(parity)}: {parity.reference.name} -> {parity.here.name}",
+                    CSS + PARITY_CSS)
     out.append(f'<section id="verdict" class="verdict {escape(parity.verdict)}">'
                f"<h1>{escape(verdict_line(parity))}</h1>"
                f"<p><b>{escape(parity.here.name)}</b> compared with the reference "

@@ -220,14 +220,18 @@ def escape(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
+def page_head(title: str, css: str = CSS) -> list[str]:
+    """A self-contained page's opening lines, up to ``<main>``: ``title`` and inline ``css``."""
+    return ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+            '<meta name="viewport" content="width=device-width, initial-scale=1">',
+            f"<title>{escape(title)}</title><style>{css}</style></head><body><main>"]
+
+
 def html_page(report: Report, plots: list[tuple[str, str]], notes: list[str],
               title: Optional[str] = None) -> str:
     """The report as one self-contained HTML page (inline CSS and SVG, no scripts)."""
     v = report.verdict
-    title = title or f"{v.level}: {_compared_line(report)}"
-    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-           '<meta name="viewport" content="width=device-width, initial-scale=1">',
-           f"<title>{escape(title)}</title><style>{CSS}</style></head><body><main>"]
+    out = page_head(title or f"{v.level}: {_compared_line(report)}")
     # the verdict line already names up to three reasons; list them only when there are more
     reasons = "".join(f"<p>{escape(r)}</p>" for r in v.reasons) if len(v.reasons) > 3 else ""
     out.append(f'<section id="verdict" class="verdict {escape(v.level)}"><h1>{escape(v.line)}</h1>'
