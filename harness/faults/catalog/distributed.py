@@ -410,25 +410,11 @@ FSDP_STATE = f"{PARALLEL}::test_fsdp2_sharded_state_round_trip[ws2-fsdp/state_ro
 TP_MLP = f"{PARALLEL}::test_tensor_parallel_mlp_matches_one_device[ws2-tp/mlp]"
 
 
-def _avg_becomes_sum(original):
-    def reduce_scatter(*args, **kwargs):
-        import torch.distributed as dist
-
-        if len(args) > 2:
-            args = (*args[:2], dist.ReduceOp.SUM if args[2] == dist.ReduceOp.AVG else args[2],
-                    *args[3:])
-        elif kwargs.get("op") == dist.ReduceOp.AVG:
-            kwargs["op"] = dist.ReduceOp.SUM  # the fault: the mean is never divided
-        return original(*args, **kwargs)
-
-    return reduce_scatter
-
-
 FSDP_GRAD_SUMS = patch_attr(
     "distributed.fsdp_grad_sums", family="distributed",
     description="the reduce-scatter FSDP2 averages gradients with forgets to divide: "
                 "ReduceOp.AVG sums (gradients ws times too large)",
-    target="torch.distributed.reduce_scatter_single", replace=_avg_becomes_sum,
+    target="torch.distributed.reduce_scatter_single", replace=_avg_not_divided,
     checks=(FSDP_FLOAT32,),
 )
 
