@@ -32,7 +32,7 @@ import re
 from typing import Any, Callable, Optional
 
 from harness.parity.model import Parity
-from harness.report.plots import MISSING, available, pyplot, to_svg
+from harness.report.plots import MISSING, available, draw, pyplot, to_svg
 
 Plot = Optional[tuple[str, str]]
 
@@ -400,11 +400,7 @@ def render_all(parity: Parity) -> tuple[dict[str, list[tuple[str, str]]], list[s
     notes = []
     for section, plots in PLOTS.items():
         for plot in plots:
-            try:
-                made = plot(parity)
-            except Exception as exc:  # noqa: BLE001 - one bad picture must not lose the report
-                notes.append(f"picture {plot.__name__} failed: {type(exc).__name__}: {exc}")
-                continue
+            made = draw(plot, parity, notes, "picture")
             if made is not None:
                 out.setdefault(section, []).append(made)
     return out, notes

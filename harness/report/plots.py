@@ -280,17 +280,24 @@ PLOTS: tuple[Callable[[Report], Plot], ...] = (suite_outcomes, op_heatmap, amp_c
                                                  memory_curves, bench_deltas)
 
 
+def draw(plot: Callable[[Any], Plot], subject: Any, notes: list[str],
+         word: str = "plot") -> Plot:
+    """``plot(subject)``; one that raises is named in ``notes`` and gives None, so one bad
+    plot does not lose the report."""
+    try:
+        return plot(subject)
+    except Exception as exc:  # noqa: BLE001 - one bad plot must not lose the report
+        notes.append(f"{word} {plot.__name__} failed: {type(exc).__name__}: {exc}")
+        return None
+
+
 def render_all(report: Report) -> tuple[list[tuple[str, str]], list[str]]:
     """Every plot that has data: ``([(title, svg)], notes)``; notes say what is missing."""
     if not available():
         return [], [MISSING]
     out, notes = [], []
     for plot in PLOTS:
-        try:
-            made = plot(report)
-        except Exception as exc:  # noqa: BLE001 - one bad plot must not lose the report
-            notes.append(f"plot {plot.__name__} failed: {type(exc).__name__}: {exc}")
-            continue
+        made = draw(plot, report, notes)
         if made is not None:
             out.append(made)
     return out, notes
