@@ -55,8 +55,6 @@ from harness.results import NON_FINITE, Record, Rule, RunResults
 
 RANKS = ("capability lost", "fails its standard", "beyond its baseline rule", "within its rule")
 CAPABILITY_LOST, FAILS, BEYOND_RULE, WITHIN_RULE = range(4)
-FAILING = ids.FAILING
-LOST = ids.LOST
 subject_of = ids.subject_of
 
 # Metrics shown next to a metric: the standard's view of it (compare.STANDARDS "relative").
@@ -278,11 +276,8 @@ def _relative_limits() -> dict:
 
 # ---------------------------------------------------------------------- reproduce line
 
-op_case_id = ids.op_case_of
-
-
 def op_filter_for(record_ids: Iterable[str]) -> str:
-    cases = sorted({c for c in (op_case_id(r) for r in record_ids) if c})
+    cases = sorted({c for c in (ids.op_case_of(r) for r in record_ids) if c})
     return "|".join(ids.filter_regex(c) for c in cases)
 
 
@@ -357,9 +352,6 @@ def _sort_key(subject: Subject) -> tuple:
     return (subject.rank, -ratio if not math.isnan(ratio) else 0.0, subject.id)
 
 
-_worst_status = ids.worst
-
-
 def _subject(sid: str, recs: list[Record], baseline: Optional[RunResults],
              by_record: dict[str, list[Finding]], run: RunResults) -> Subject:
     changes: list[Change] = []
@@ -375,7 +367,7 @@ def _subject(sid: str, recs: list[Record], baseline: Optional[RunResults],
             rule = Rule.from_json(finding.rule) if finding.rule else rec.rules.get(
                 finding.metric or "")
             if finding.metric is None:
-                lost = lost or finding.new in LOST
+                lost = lost or finding.new in ids.LOST
             changes.append(Change(rec.id, finding.metric, finding.old, finding.new, rule,
                                   finding.kind, worse_ratio(finding.old, finding.new, rule),
                                   _standard_text(rec, finding.metric)))
@@ -392,14 +384,14 @@ def _subject(sid: str, recs: list[Record], baseline: Optional[RunResults],
             if ratio is not None and ratio > 1.0 and not math.isinf(ratio):
                 movers.append(Change(rec.id, metric, old, new, rule, None, ratio,
                                      _standard_text(rec, metric)))
-    status = _worst_status(r.status for r in recs)
+    status = ids.worst(r.status for r in recs)
     old_status = None
     if baseline is not None:
         olds = [baseline.records[r.id].status for r in recs if r.id in baseline.records]
-        old_status = _worst_status(olds) if olds else None
+        old_status = ids.worst(olds) if olds else None
     if lost:
         rank = CAPABILITY_LOST
-    elif status in FAILING:
+    elif status in ids.FAILING:
         rank = FAILS
     elif changes:
         rank = BEYOND_RULE
@@ -411,13 +403,13 @@ def _subject(sid: str, recs: list[Record], baseline: Optional[RunResults],
     listed.sort(key=lambda c: (c.metric is not None,
                                -(c.ratio if c.ratio is not None and not math.isnan(c.ratio)
                                  else 0.0), not c.standard, c.record_id, c.metric_label))
-    failing = [r for r in recs if r.status in FAILING]
+    failing = [r for r in recs if r.status in ids.FAILING]
     message = (failing[0].message or failing[0].status).splitlines()[0] if failing else ""
     shown = [r for r in recs if r.id in {c.record_id for c in listed}] or failing or recs
     return Subject(
         id=sid, suite=recs[0].suite, rank=rank, records=sorted(r.id for r in recs),
         status=status, old_status=old_status, worst=listed[0] if listed else None,
-        changes=listed, lines=len(changes), passes=status not in FAILING,
+        changes=listed, lines=len(changes), passes=status not in ids.FAILING,
         reproduce=reproduce_line(shown, run), message=_clip(message), kinds=kinds,
         standard=_subject_standard(recs))
 
@@ -500,7 +492,7 @@ def common_cause(run: RunResults, subjects: list[Subject], limit: int = 3,
     """
     affected_ids = {c.record_id for s in subjects if s.rank <= BEYOND_RULE for c in s.changes}
     affected_ids |= {rid for s in subjects if s.rank <= FAILS for rid in s.records
-                     if run.records[rid].status in FAILING}
+                     if run.records[rid].status in ids.FAILING}
     if not affected_ids:
         return [], ""
     quiet = {rid for s in subjects if s.rank >= WITHIN_RULE for rid in s.records}
