@@ -259,14 +259,14 @@ def judge_collective(values: dict[int, dict], size: str, *, op: str, dtype: str)
     """One collective at one size, every rank against NumPy."""
     per_rank = {rank: value[size] for rank, value in values.items()}
     refused = {r: v["unsupported"] for r, v in per_rank.items() if "unsupported" in v}
+    apis = sorted({v["api"] for v in per_rank.values() if "api" in v})
+    api = {"api": apis[0]} if apis else {}  # the torch name the ranks called
     if refused:
         if len(refused) != len(per_rank):
             return DistVerdict("error", {}, {}, f"{op} {dtype}: refused on ranks {sorted(refused)}"
                                             f" only: {refused}")
-        apis = sorted({v["api"] for v in per_rank.values() if "api" in v})
         return DistVerdict("unsupported", {}, {}, f"{op} {dtype} n={size}: "
-                                              f"{next(iter(refused.values()))}",
-                           info={"api": apis[0]} if apis else {})
+                                              f"{next(iter(refused.values()))}", info=api)
     err = max(float(v["max_abs_err"]) for v in per_rank.values())
     bound = max(float(v["bound"]) for v in per_rank.values())
     excess_rank = max(per_rank, key=lambda r: float(per_rank[r]["excess"]))
@@ -280,10 +280,9 @@ def judge_collective(values: dict[int, dict], size: str, *, op: str, dtype: str)
                         f"{excess_rank} at index {worst.get('worst_index')}: got "
                         f"{worst.get('worst_got')}, expected {worst.get('worst_expected')}"
                         + (f"; shapes {worst['shape']}" if "shape" in worst else ""))
-    apis = sorted({v["api"] for v in per_rank.values() if "api" in v})
     return DistVerdict.of(problems, {"max_abs_err": err, "mismatched": mismatched},
                           {"max_abs_err": lower(rel=4.0, abs=bound), "mismatched": equal(0)},
-                          info={"bound": bound, **({"api": apis[0]} if apis else {})})
+                          info={"bound": bound, **api})
 
 
 PIPELINE_ERRORS = {
