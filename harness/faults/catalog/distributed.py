@@ -299,11 +299,9 @@ def _patch_flat(name: str, fault: str, description: str, replace, checks) -> Fau
     names the check calls on the running torch (``checks.FLAT_APIS``)."""
 
     def activate(device):
-        import torch.distributed as dist
+        from harness.distributed.checks import _flat_api
 
-        from harness.distributed.checks import FLAT_APIS
-
-        api = next(api for api in FLAT_APIS[name] if hasattr(dist, api))
+        api = _flat_api(name)
         return patch_attr(fault, family="distributed", description=description,
                           target=f"torch.distributed.{api}", replace=replace,
                           checks=checks).activate(device)
