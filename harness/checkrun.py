@@ -138,10 +138,8 @@ def conclude_check(nodeid: str, records: Iterable[Record], error: Optional[BaseE
     failing = [r for r in records if r.status in FAILING]
     if failing and outcome == "passed" and end.skip is None:
         end.failures.append("\n".join(f"{r.id}: {r.message or r.status}" for r in failing))
-    selection = state.selection
     end.findings, failing_findings = verdict.check_failures(
-        records, selection.results if selection is not None else None,
-        (selection.stack_id or "") if selection is not None else "", state.settings.fail_on)
+        records, state.base, state.base_name, state.settings.fail_on)
     if failing_findings:
         end.skip = None  # a capability the baseline had is lost: that fails, it is no skip
         reproduce = reproduce_of(nodeid, state.device.type, state.settings)

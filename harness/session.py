@@ -95,6 +95,16 @@ class RunState:
     workers: Optional[int] = None
     """The run's pytest-xdist workers (None without xdist)."""
 
+    @property
+    def base(self) -> Optional[RunResults]:
+        """The selected baseline's results (None: no baseline to compare with)."""
+        return self.selection.results if self.selection is not None else None
+
+    @property
+    def base_name(self) -> str:
+        """The selected baseline's stack id ("" without one)."""
+        return (self.selection.stack_id or "") if self.selection is not None else ""
+
 
 class SetupError(Exception):
     """A setting this machine or store cannot honour (the plugin: a usage error)."""
@@ -229,7 +239,7 @@ def header_lines(state: RunState) -> list[str]:
         lines.append(f"unsupported here: {feature}: {reason}")
     if state.settings.faults:
         lines.append(f"INJECTED FAULTS: {', '.join(state.settings.faults)}")
-    base = state.selection.results if state.selection is not None else None
+    base = state.base
     if base is not None:
         ok, why = verdict.usable_baseline(base)
         lines += [f"NOTE {note}" for note in verdict.comparability(
@@ -289,15 +299,14 @@ def conclude(state: RunState, complete: bool) -> verdict.RunVerdict:
     ``state.errors`` (and the results' ``errors``) and make the verdict NO-GO; what was
     written lands in ``state.written``.
     """
-    run, settings, selection = state.run, state.settings, state.selection
+    run, settings = state.run, state.settings
     run.finished = utc_now()
     run.complete = complete
-    base = selection.results if selection is not None else None
+    base = state.base
 
     def judge() -> verdict.RunVerdict:
         run.errors = list(state.errors)
-        judged = verdict.judge(run, base, baseline_name=(selection.stack_id or "")
-                               if selection is not None else "",
+        judged = verdict.judge(run, base, baseline_name=state.base_name,
                                not_compared=not_compared_reason(state))
         state.findings = list(judged.findings)
         run.findings = [f.to_json() for f in judged.findings
@@ -372,14 +381,12 @@ def _write_report(state: RunState) -> None:
     """``--report PATH`` (:mod:`harness.report`); one that cannot be written is an error."""
     from harness import report
 
-    selection = state.selection
-    base = selection.results if selection is not None else None
+    base = state.base
     try:
         model, paths = report.write_for_session(
             state.run, base, state.verdict, state.settings.report,
-            baseline_name=(selection.stack_id or "") if selection is not None else "",
-            alerts=state.settings.alerts,
-            baseline_reason=selection.reason if base is not None else "")
+            baseline_name=state.base_name, alerts=state.settings.alerts,
+            baseline_reason=state.selection.reason if base is not None else "")
         state.report = model
         state.written += [f"report: {p}" for p in paths]
     except Exception as exc:  # noqa: BLE001 - the run's results are written; say what failed
@@ -397,10 +404,8 @@ def _grouped_lines(state: RunState) -> list[str]:
 
     model = state.report
     if model is None:
-        selection = state.selection
-        base = selection.results if selection is not None else None
-        model = report.build(state.run, base, state.verdict,
-                             baseline_name=(selection.stack_id or "") if selection else "")
+        model = report.build(state.run, state.base, state.verdict,
+                             baseline_name=state.base_name)
     lines = report.terminal_lines(model, limit=SHOWN)
     return [line for line in lines[3:] if not line.startswith("report: ")]
 
