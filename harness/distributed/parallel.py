@@ -223,13 +223,14 @@ def fsdp_state_round_trip(ctx, steps_before: int = 2, steps_after: int = 2,
         with ctx.device.scope():
             restored = _fully_shard(ctx, MLP().to(ctx.torch_device))
             restored_opt = torch.optim.AdamW(restored.parameters(), lr=lr)
-            before = _max_err(zip(_full_params(restored), _full_params(trained)))
+            trained_params = _full_params(trained)  # unchanged until training resumes
+            before = _max_err(zip(_full_params(restored), trained_params))
             model_state, optim_state = get_state_dict(restored, restored_opt)
             state = {"model": model_state, "optim": optim_state}
             dcp_load(state, checkpoint_id=folder[0])
             set_state_dict(restored, restored_opt, model_state_dict=state["model"],
                            optim_state_dict=state["optim"])
-            loaded = _max_err(zip(_full_params(restored), _full_params(trained)))
+            loaded = _max_err(zip(_full_params(restored), trained_params))
             diff = []
             for index in range(steps_before, steps_before + steps_after):
                 step(trained, trained_opt, index)
