@@ -89,10 +89,7 @@ def _first_line(error: Optional[BaseException]) -> str:
 
 def baseline_ids(nodeid: str, state: RunState) -> list[str]:
     """The record ids the selected baseline holds for this test node (sorted)."""
-    selection = state.selection
-    if selection is None or selection.results is None:
-        return []
-    return sorted(rid for rid, rec in selection.results.records.items() if rec.test == nodeid)
+    return state.baseline_ids(nodeid)
 
 
 def conclude_check(nodeid: str, records: Iterable[Record], error: Optional[BaseException],

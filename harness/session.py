@@ -94,11 +94,22 @@ class RunState:
     """The faults active before this session (:func:`finish` restores them)."""
     workers: Optional[int] = None
     """The run's pytest-xdist workers (None without xdist)."""
+    _ids_by_test: Optional[dict[str, list[str]]] = dataclasses.field(default=None, repr=False)
 
     @property
     def base(self) -> Optional[RunResults]:
         """The selected baseline's results (None: no baseline to compare with)."""
         return self.selection.results if self.selection is not None else None
+
+    def baseline_ids(self, nodeid: str) -> list[str]:
+        """The record ids the selected baseline holds for test ``nodeid`` (sorted), from an
+        index built once (every check's end asks, :func:`harness.checkrun.conclude_check`)."""
+        if self._ids_by_test is None:
+            records = self.base.records if self.base is not None else {}
+            self._ids_by_test = {}
+            for rid, rec in sorted(records.items()):
+                self._ids_by_test.setdefault(rec.test, []).append(rid)
+        return list(self._ids_by_test.get(nodeid, ()))
 
     @property
     def base_name(self) -> str:
