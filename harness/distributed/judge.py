@@ -535,7 +535,7 @@ def judge_tp(values: dict[int, dict]) -> DistVerdict:
                       ("param_err", "the parameters after one SGD step differ")):
         worst, rank, _ = _worst(values, key)
         metrics[key] = worst
-        if worst > tol:
+        if not worst <= tol:  # a NaN error is a problem too
             problems.append(f"{what} from the MLP on one process: max normalised "
                             f"error {worst:.3g} > {tol:g} (float32), rank {rank}")
     placements = {json.dumps(v["placements"], sort_keys=True) for v in values.values()}
