@@ -246,9 +246,11 @@ def judge(run: RunResults, baseline: Optional[RunResults] = None, *, baseline_na
     base_status = {rid: rec.status for rid, rec in baseline.records.items()} if baseline else {}
     still = [rid for rid in failing if base_status.get(rid) in FAILING]
     failed_tests = sorted(node for node, outcome in run.outcomes.items() if outcome == "failed")
-    capability = [f for f in findings  # pass -> slower is a regression, not a lost capability
-                  if f.kind == "regression" and f.metric is None and f.new in LOST]
-    lost = [_lost_line(f, run) for f in findings if f.kind == "lost" or f in capability]
+    def lost_capability(f: Finding) -> bool:  # pass -> slower is a regression, not one
+        return f.kind == "regression" and f.metric is None and f.new in LOST
+
+    capability = [f for f in findings if lost_capability(f)]
+    lost = [_lost_line(f, run) for f in findings if f.kind == "lost" or lost_capability(f)]
     checked = [rid for rid, rec in run.records.items() if rec.status != Status.SKIP]
     nothing = bool(run.records or run.outcomes) and not checked and not failed_tests
     reasons: list[str] = []
