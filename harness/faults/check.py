@@ -365,13 +365,12 @@ def check_parity(selected: Sequence[Fault], *, root: Path, device: str, referenc
             outcome = run_pytest([*fault.checks, *fault.pytest_args, "--device", device,
                                   "--inject-fault", fault.name, "--baseline", "off"],
                                  work / f"fault{index}", root=root, timeout=timeout)
-            group = list(groups).index(tuple(fault.pytest_args))
-            ref, here = (_load_run(work / f"clean{group}-{reference}"),
-                         _load_run(work / f"fault{index}"))
+            ref = refs[list(groups).index(tuple(fault.pytest_args))]
+            here = _load_run(work / f"fault{index}")
             try:
                 parity = compare(ref, here) if ref is not None and here is not None else None
             except ParityError as exc:
-                outcome.output += f"\n[faults check] parity: {exc}"
+                outcome.output += f"\n{SAY} parity: {exc}"
                 parity = None
             result = FaultResult(fault, outcome, parity)
             if parity is None:  # nothing to compare: a miss, with the run's output
@@ -383,19 +382,19 @@ def check_parity(selected: Sequence[Fault], *, root: Path, device: str, referenc
         items = [(i, args, on) for i, args in enumerate(groups) for on in (reference, device)]
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
             cleans = list(pool.map(clean, items))
+            refs = [_load_run(work / f"clean{i}-{reference}") for i in range(len(groups))]
             found = list(pool.map(one, list(enumerate(faults))))
         merged = _merge(cleans)
-        for index, _ in enumerate(groups):
-            ref = _load_run(work / f"clean{index}-{reference}")
+        for index, ref in enumerate(refs):
             here = _load_run(work / f"clean{index}-{device}")
             try:
                 pair = compare(ref, here) if ref is not None and here is not None else None
             except ParityError as exc:
-                merged.output += f"\n[faults check] clean pair: {exc}"
+                merged.output += f"\n{SAY} clean pair: {exc}"
                 pair = None
             if pair is None or pair.verdict != "PARITY":
                 merged.exit_code = merged.exit_code or 1
-                merged.output += ("\n[faults check] the clean pair is not at PARITY: " + (
+                merged.output += (f"\n{SAY} the clean pair is not at PARITY: " + (
                     "; ".join(d.summary for d in pair.differences) if pair else "no results"))
     return merged, found
 
@@ -446,7 +445,7 @@ def report_text(clean: RunOutcome, found: Sequence[FaultResult]) -> str:
     lines = [f"{what} ({len(clean.outcomes)} tests, {clean.seconds:.0f} s)"]
     if parity and not clean_ok(clean):
         lines += [f"  {line}" for line in clean.output.splitlines()
-                  if line.startswith("[faults check]")]
+                  if line.startswith(SAY)]
     lines += [f"  failed clean: {n}" for n in clean.failed]
     if not clean.outcomes:
         lines.append("  the clean run ran no test; its output ends:")
