@@ -77,14 +77,16 @@ def unsupported_reason(error: Optional[BaseException]) -> Optional[str]:
         return None
     if isinstance(error, Unsupported):
         return str(error)
+    return _described(error)
+
+
+def _described(error: BaseException) -> str:
+    """``Type: message`` on one line."""
     return f"{type(error).__name__}: {' '.join(str(error).split())}"
 
 
 def _first_line(error: Optional[BaseException]) -> str:
-    if error is None:
-        return ""
-    text = " ".join(str(error).split())
-    return f"{type(error).__name__}: {text}"[:300]
+    return "" if error is None else _described(error)[:300]
 
 
 def baseline_ids(nodeid: str, state: RunState) -> list[str]:
