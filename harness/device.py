@@ -451,6 +451,14 @@ class Device:
     def is_accelerator(self) -> bool:
         return self.type != "cpu"
 
+    @property
+    def host_timed(self) -> bool:
+        """Whether its kernels run on this host's CPU, in this process: the CPU, or a
+        simulator (SimNPU runs the CPU's kernels through its fallback). Benchmarks time
+        such a device as the CPU (Note [A simulator is timed as its host] in
+        :mod:`harness.bench.timing`)."""
+        return not self.is_accelerator or self.simulated
+
     # ---- execution
     def synchronize(self) -> None:
         if self.module is not None and hasattr(self.module, "synchronize"):

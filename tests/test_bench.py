@@ -356,7 +356,7 @@ def test_freed_memory_stays_in_the_process_while_a_cpu_benchmark_is_timed(monkey
     calls.clear()
 
     class Accelerator:
-        is_accelerator = True
+        host_timed = False
 
     with timing.freed_memory_kept(Accelerator()) as kept:  # its allocator caches already
         assert not kept and calls == []
@@ -521,7 +521,7 @@ def test_dataloader_workers_and_ranks_each_get_their_own_cpu(monkeypatch):
     finally:
         loader.close()
     assert _affinity_after(pin_helper, 5, cpu) == [allowed[5 % len(allowed)]]
-    assert pin_helper(0, types.SimpleNamespace(is_accelerator=True)) is None
+    assert pin_helper(0, types.SimpleNamespace(host_timed=False)) is None
     monkeypatch.setenv(PIN_ENV, "none")
     assert pin_helper(0, cpu) is None
     assert sorted(os.sched_getaffinity(0)) == allowed

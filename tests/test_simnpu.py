@@ -136,6 +136,37 @@ _PROBE = textwrap.dedent(r"""
     dev.cap(None)
     out["after_cap_lifted"] = torch.empty(1 << 22, device="npu").numel()
     out["meter_backend"] = MemoryMeter(dev).backend
+    # Note [A fallback without copies] (simnpu.cpp): kernels run on the device's memory
+    from torch.profiler import profile
+    big = torch.randn(1 << 20, device="npu")
+    host = big.cpu()
+    out_empty, out_long = torch.empty(0, device="npu"), torch.empty(1 << 21, device="npu")
+    q, k, v = (torch.randn(2, 2, 8, 4, device="npu") for _ in range(3))
+    base = dev.allocated()
+    with profile() as prof:
+        result = torch.exp(big)
+        grew = dev.allocated() - base
+        big.mul_(2.0)
+        torch.exp(host.to("npu"), out=out_empty)  # out= resized from empty: copied back
+        torch.exp(big, out=out_long)              # out= shrunk in place
+        torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    ran = {event.key for event in prof.key_averages()}
+    out["no_copy"] = {
+        "copies": sorted(ran & {"aten::_to_cpu", "aten::_copy_from_and_resize"}),
+        "result_counted": grew, "result_equal": bool(torch.equal(result.cpu(), host.exp())),
+        "in_place": bool(torch.equal(big.cpu(), host * 2.0)),
+        "out_resized": [list(out_empty.shape), bool(torch.equal(out_empty.cpu(), host.exp()))],
+        "out_shrunk": [list(out_long.shape), bool(torch.equal(out_long.cpu(), (host * 2).exp()))],
+        "sdpa_cpu_kernel": "aten::_scaled_dot_product_flash_attention_for_cpu" in ran,
+    }
+    del result
+    dev.cap(dev.allocated() + (1 << 20))
+    try:
+        torch.exp(big)
+        out["adopted_oom"] = None
+    except dev.oom_error as exc:
+        out["adopted_oom"] = str(exc).splitlines()[0]
+    dev.cap(None)
     # fallback warnings (HARNESS_SIMNPU_FALLBACK_OPS=aten::sort)
     with fallback.capture(stderr=True) as first:
         torch.sort(x, dim=1)
@@ -268,6 +299,19 @@ def test_memory_statistics_and_the_cap_raise_the_oom_the_harness_expects(observe
     assert name == "OutOfMemoryError" and message.startswith("NPU out of memory")
     assert observed["after_cap_lifted"] == 1 << 22
     assert observed["meter_backend"] == "allocator"
+
+
+@needs_compiler
+def test_the_fallback_runs_kernels_on_device_memory_without_copies(observed):
+    seen = observed["no_copy"]
+    # only out= into an empty tensor copies (the kernel moved it to fresh host memory)
+    assert seen["copies"] == ["aten::_copy_from_and_resize"]
+    assert seen["result_counted"] == 4 << 20 and seen["result_equal"]  # adopted, counted
+    assert seen["in_place"]
+    assert seen["out_resized"] == [[1 << 20], True]
+    assert seen["out_shrunk"] == [[1 << 20], True]
+    assert seen["sdpa_cpu_kernel"]  # Note [Attention takes the CPU's kernel]
+    assert observed["adopted_oom"].startswith("NPU out of memory")
 
 
 @needs_compiler

@@ -96,7 +96,7 @@ class BenchContext:
         try:
             with pinned(self.device, workload.clock) as cpu, \
                     freed_memory_kept(self.device) as kept:
-                host_work = not self.device.is_accelerator or workload.clock == "host"
+                host_work = self.device.host_timed or workload.clock == "host"
                 ratio = workload.kind == "ratio"
                 own, flags = bench_rounds(benchmark, prepared.step, self.device,
                                           budget_s=workload.budget_s, clock=workload.clock,

@@ -338,7 +338,7 @@ BY_ID = {w.id: w for w in WORKLOADS}
 
 def train_batch(device, scale: str, precision: str) -> int:
     """The batch of a training benchmark (part of its record id)."""
-    if scale == "small" and AMP[precision][0] is not None and not device.is_accelerator:
+    if scale == "small" and AMP[precision][0] is not None and device.host_timed:
         return AMP_CPU_SMALL_BATCH
     return TRAIN_BATCH[scale]
 
