@@ -182,21 +182,23 @@ def test_the_step_fault_is_proportional_to_the_work_it_slows():
     assert 0.055 < time.process_time() - start < 0.075  # 0.04 s of work plus half of it
 
 
-def test_the_amp_fault_leaves_fp32_alone():
+@pytest.mark.parametrize("amp", [True, False], ids=["amp-only", "fp32-only"])
+def test_a_precision_fault_slows_only_its_precision(amp):
+    """amp=True (bench.amp_slow_15) slows rounds that entered autocast; amp=False
+    (bench.fp32_step_half_speed) the others."""
     import torch
 
     from harness.faults.catalog.bench import _slower_scope, spin
 
-    device = Device("cpu")
-    start = time.process_time()
-    with _slower_scope(device, 1.0, only_amp=True):
-        spin(0.03, time.process_time)
-    plain = time.process_time() - start
-    start = time.process_time()
-    with _slower_scope(device, 1.0, only_amp=True):
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            spin(0.03, time.process_time)
-    assert plain < 0.045 < time.process_time() - start
+    def timed(autocast: bool) -> float:
+        start = time.process_time()
+        with _slower_scope(Device("cpu"), 1.0, amp=amp):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                spin(0.03, time.process_time)
+        return time.process_time() - start
+
+    slowed, kept = timed(amp), timed(not amp)
+    assert kept < 0.045 < slowed
 
 
 # ------------------------------------------------------ pytest-benchmark glue

@@ -171,3 +171,39 @@ def test_a_run_that_died_without_results_runs_once_more(monkeypatch, tmp_path):
     monkeypatch.setattr(fault_check, "_run_once", runs((3, "died", None), (3, "died again", None)))
     outcome = fault_check.run_pytest(["t"], tmp_path / "c", root=tmp_path, timeout=5)
     assert len(calls) == 2 and not outcome.outcomes and "exit code 3" in outcome.output
+
+
+def test_parity_timing_faults_and_their_clean_runs_have_the_machine_to_themselves(monkeypatch,
+                                                                                  tmp_path):
+    """faults check --parity-reference: an exclusive (timing) fault's clean pair and faulted
+    run each run alone: nothing else runs beside them."""
+    import threading
+
+    from harness.faults import Fault, check
+
+    def quiet(device):
+        raise AssertionError("never activated here")
+
+    shared = Fault("t.shared", "t", "d", ("a",), quiet, parity="ops")
+    timing = Fault("t.timing", "t", "d", ("b",), quiet, ("--run-benchmarks",),
+                   exclusive=True, parity="speed")
+    lock, running, log = threading.Lock(), [], []
+
+    def fake_run(args, results_dir, **kwargs):
+        exclusive = "--run-benchmarks" in args
+        with lock:
+            log.append((exclusive, list(running)))
+            running.append(exclusive)
+        threading.Event().wait(0.05)
+        with lock:
+            running.remove(exclusive)
+        return check.RunOutcome(0, {"x": "passed"}, 0.0, "")
+
+    monkeypatch.setattr(check, "run_pytest", fake_run)
+    monkeypatch.setattr(check, "_load_run", lambda folder: None)
+    check.check_parity([timing, shared], root=tmp_path, device="npu", reference="cpu", jobs=2)
+    assert sorted(exclusive for exclusive, _ in log) == [False] * 3 + [True] * 3
+    assert any(beside for exclusive, beside in log if not exclusive)  # shared: in parallel
+    for exclusive, beside in log:  # a timing run started with nothing running, and
+        assert not exclusive or beside == []  # nothing started beside a timing run
+        assert True not in beside

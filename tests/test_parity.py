@@ -370,8 +370,10 @@ PARITY_FAULTS = {"ops.exp_rel_error": ("ops", "ops/exp/float32/fwd/typical", "di
                                                   "blocker"),
                  "memory.mm_hidden_workspace": ("memory", "memory/checkpoint/mlp/float32/none",
                                                 "difference")}
-"""Injected faults -> (section, record, severity) where the parity comparison must show them
-(the slower step is proven on hand-made records: docs/parity.md says why SimNPU cannot)."""
+"""Injected faults -> (section, record, severity) where the parity comparison must show them.
+The fifth kind, a slower step (``bench.fp32_step_slow_60``), is a timing fault: like the
+bench family it is proven by ``faults check --parity-reference cpu`` on a quiet host
+(docs/parity.md), not in a test that times things beside other tests."""
 
 
 def _recordings(env: dict):
@@ -439,6 +441,8 @@ def test_every_parity_fault_names_a_section_and_the_five_kinds_are_there():
     parity_faults = {f.name: f.parity for f in faults.registry().values() if f.parity}
     assert set(parity_faults.values()) <= set(SECTIONS)
     assert set(PARITY_FAULTS) <= set(parity_faults)  # the end-to-end test injects them
+    assert parity_faults["bench.fp32_step_slow_60"] == "speed"  # the slower step
+    assert faults.resolve("bench.fp32_step_slow_60").exclusive  # timed alone
 
 
 def test_a_parity_fault_is_caught_only_by_a_difference_in_its_own_section():

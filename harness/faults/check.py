@@ -379,11 +379,18 @@ def check_parity(selected: Sequence[Fault], *, root: Path, device: str, referenc
                 f"{fault.parity} ({result.parity.verdict}, {outcome.seconds:.0f} s)")
             return result
 
+        # timing faults (Fault.exclusive) and their clean runs run alone, after the others
+        alone = {args for args, members in groups.items() if any(f.exclusive for f in members)}
         items = [(i, args, on) for i, args in enumerate(groups) for on in (reference, device)]
+        numbered = list(enumerate(faults))
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            cleans = list(pool.map(clean, items))
+            cleans = list(pool.map(clean, [item for item in items if item[1] not in alone]))
+            cleans += [clean(item) for item in items if item[1] in alone]
             refs = [_load_run(work / f"clean{i}-{reference}") for i in range(len(groups))]
-            found = list(pool.map(one, list(enumerate(faults))))
+            shared = [item for item in numbered if not item[1].exclusive]
+            results = dict(zip([i for i, _ in shared], pool.map(one, shared)))
+            results.update({i: one((i, f)) for i, f in numbered if f.exclusive})
+            found = [results[i] for i, _ in numbered]
         merged = _merge(cleans)
         for index, ref in enumerate(refs):
             here = _load_run(work / f"clean{index}-{device}")

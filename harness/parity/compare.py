@@ -156,7 +156,7 @@ def notes(reference: RunResults, here: RunResults) -> list[str]:
     for run, what in ((reference, "the reference run"), (here, "this device's run")):
         if run.fingerprint.get("device_name") == simnpu.DEVICE_NAME:
             out.append(f"{what} is on SimNPU, a simulator: its numbers are the CPU's kernels "
-                       "and its speed is the host's running them through a boxed fallback, "
+                       "and its speed is the host's (the CPU's kernels, timed as the CPU is), "
                        "not a device's (docs/simnpu.md)")
         if not run.complete:
             out.append(f"{what} did not complete: records of checks it did not reach are "

@@ -34,6 +34,7 @@
 #include <torch/library.h>
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <mutex>
@@ -501,6 +502,7 @@ std::mutex g_ops_mutex;
 std::unordered_set<std::string> g_fallback_ops;     // warn like torch_npu, then run on CPU
 std::unordered_set<std::string> g_unsupported_ops;  // raise "could not run"
 std::unordered_set<std::string> g_warned;
+std::atomic<bool> g_op_lists{false};                // either list is non-empty
 
 // Legacy ops that mutate arguments their schema does not mark as written (so
 // at::native::cpu_fallback would not copy them back): those arguments are handed to the
@@ -679,10 +681,16 @@ bool alias_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   return true;
 }
 
-void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+std::string full_name(const c10::OperatorHandle& op) {
   const auto& name = op.schema().operator_name();
-  const std::string base = name.name;
-  const std::string full = name.overload_name.empty() ? base : base + "." + name.overload_name;
+  return name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+}
+
+// The configured op lists: refuse an op on the unsupported list, warn (once) for one on
+// the fallback list.
+void check_op_lists(const c10::OperatorHandle& op) {
+  const std::string& base = op.schema().operator_name().name;
+  const std::string full = full_name(op);
   bool warn = false;
   bool refuse = false;
   {
@@ -703,10 +711,16 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
                "' is not currently supported on the NPU backend and will fall back to run on "
                "the CPU. This may have performance implications.");
   }
+}
+
+void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  if (g_op_lists.load(std::memory_order_relaxed)) {  // no name built per op without lists
+    check_op_lists(op);
+  }
   if (runs_on_aliases(op.schema()) && alias_fallback(op, stack)) {
     return;
   }
-  alias_unmarked_mutations(full, op, stack);
+  alias_unmarked_mutations(full_name(op), op, stack);
   at::native::cpu_fallback(op, stack);
 }
 
@@ -827,6 +841,7 @@ void set_ops(const std::vector<std::string>& fallback, const std::vector<std::st
   g_fallback_ops = std::unordered_set<std::string>(fallback.begin(), fallback.end());
   g_unsupported_ops = std::unordered_set<std::string>(unsupported.begin(), unsupported.end());
   g_warned.clear();
+  g_op_lists = !g_fallback_ops.empty() || !g_unsupported_ops.empty();
 }
 
 }  // namespace simnpu
