@@ -362,14 +362,18 @@ NODES = ("suites/ops/test_catalog.py::test_op[exp-float32]",
          "suites/ops/test_catalog.py::test_op[cumsum-float32]",
          "suites/ops/test_catalog.py::test_op[sort-float32]",
          "suites/norm/test_batchnorm.py::test_eval_matches_reference[float32]",
-         "suites/memory/test_checkpointing.py::test_plain_step_peak[mlp]")
+         "suites/memory/test_checkpointing.py::test_plain_step_peak[mlp]",
+         "suites/model/test_model.py")
 PARITY_FAULTS = {"ops.exp_rel_error": ("ops", "ops/exp/float32/fwd/typical", "difference"),
                  "ops.opinfo_cumsum_unsupported": ("ops", "ops/cumsum/float32/fwd/typical",
                                                    "blocker"),
                  "ops.opinfo_sort_cpu_fallback": ("ops", "ops/sort/float32/fwd/typical",
                                                   "blocker"),
                  "memory.mm_hidden_workspace": ("memory", "memory/checkpoint/mlp/float32/none",
-                                                "difference")}
+                                                "difference"),
+                 "model.sinc_unsupported": ("model",
+                                            "model/sinc_mlp/aten.sinc.default/6d228429/fwd",
+                                            "blocker")}
 """Injected faults -> (section, record, severity) where the parity comparison must show them.
 The fifth kind, a slower step (``bench.fp32_step_slow_60``), is a timing fault: like the
 bench family it is proven by ``faults check --parity-reference cpu`` on a quiet host
@@ -395,6 +399,7 @@ def _recordings(env: dict):
             proc = early.run([sys.executable, "-m", "pytest", *NODES, "--device", device,
                               "--baseline", "off", "-p", "no:cacheprovider", "-p",
                               "no:randomly", "-q", "--op-filter", OP_CASES,
+                              "--model", "harness.models:sinc_mlp",
                               f"--results-dir={folder}", *extra],
                              cwd=ROOT, env=child, timeout=600)
             files = sorted(folder.glob("*.json")) if folder.is_dir() else []
@@ -421,6 +426,7 @@ def test_a_clean_cpu_to_simnpu_pair_is_at_parity(recordings):
     assert parity.verdict == "PARITY", [d.summary for d in parity.differences]
     assert parity.compared["ops"] == 3 and parity.compared["memory"] == 1
     assert parity.compared["training"] == 1
+    assert parity.compared["model"] > 0  # Note [A kernel for every CPU op] in harness.simnpu
 
 
 def test_each_injected_fault_shows_in_its_section_and_turns_the_verdict(recordings):

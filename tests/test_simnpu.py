@@ -151,6 +151,9 @@ _PROBE = textwrap.dedent(r"""
         torch.exp(big, out=out_long)              # out= shrunk in place
         torch.nn.functional.scaled_dot_product_attention(q, k, v)
     ran = {event.key for event in prof.key_averages()}
+    has = torch._C._dispatch_has_kernel_for_dispatch_key  # Note [A kernel for every CPU op]
+    out["own_kernel"] = {op: has(op, "PrivateUse1")
+                         for op in ("aten::where.self", "aten::sort", "aten::cumsum")}
     out["no_copy"] = {
         "copies": sorted(ran & {"aten::_to_cpu", "aten::_copy_from_and_resize"}),
         "result_counted": grew, "result_equal": bool(torch.equal(result.cpu(), host.exp())),
@@ -312,6 +315,14 @@ def test_the_fallback_runs_kernels_on_device_memory_without_copies(observed):
     assert seen["out_shrunk"] == [[1 << 20], True]
     assert seen["sdpa_cpu_kernel"]  # Note [Attention takes the CPU's kernel]
     assert observed["adopted_oom"].startswith("NPU out of memory")
+
+
+@needs_compiler
+def test_every_cpu_op_has_a_kernel_but_the_listed_ones(observed):
+    # sort is on the fallback list, cumsum on the unsupported one: no kernel of their own,
+    # as torch_npu lacks one; where has one, as it has on the CPU
+    assert observed["own_kernel"] == {"aten::where.self": True, "aten::sort": False,
+                                      "aten::cumsum": False}
 
 
 @needs_compiler

@@ -38,7 +38,7 @@ import shutil
 import sys
 import threading
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 ENV = "HARNESS_SIMNPU"
 DEFAULT_CANN = "8.0.0"
@@ -180,8 +180,10 @@ def load(verbose: bool = False):
     devices = int(os.environ.get("HARNESS_SIMNPU_DEVICES", "1") or 1)
     memory = _parse_bytes(os.environ.get("HARNESS_SIMNPU_MEMORY", "16GiB") or "16GiB")
     ext.init(devices, memory)
-    ext.set_ops(_op_list("HARNESS_SIMNPU_FALLBACK_OPS"), _op_list("HARNESS_SIMNPU_UNSUPPORTED_OPS"))
-    ext.route_to_cpu(_cpu_routed_ops())
+    fallback, unsupported = (_op_list("HARNESS_SIMNPU_FALLBACK_OPS"),
+                             _op_list("HARNESS_SIMNPU_UNSUPPORTED_OPS"))
+    ext.set_ops(fallback, unsupported)
+    ext.route_to_cpu(_cpu_routed_ops([*fallback, *unsupported]))
 
     from harness.simnpu import _module
 
@@ -201,11 +203,12 @@ def load(verbose: bool = False):
     return fake
 
 
-def _cpu_routed_ops() -> list[str]:
-    """aten ops with their own CPU kernel that a kernel-less backend would run through a
-    composite instead (``native_layer_norm``, ``native_group_norm``, ``silu_backward``,
-    ...): SimNPU registers its CPU fallback for them, so it computes what the CPU does.
-    Views are left alone (a fallback would copy, not alias)."""
+def _cpu_routed_ops(missing: Sequence[str] = ()) -> list[str]:
+    """aten ops with a CPU kernel and none of SimNPU's own: SimNPU registers its CPU
+    fallback as their kernel (Note [A kernel for every CPU op]). Views are left alone (they
+    must alias, which the fallback's copying path would not), and so are the ops in
+    ``missing`` (``aten::sort`` or ``aten::topk.values``: the configured fallback and
+    unsupported ops), which stay on the boxed fallback, as a missing kernel does."""
     import torch
 
     has = torch._C._dispatch_has_kernel_for_dispatch_key
@@ -213,9 +216,7 @@ def _cpu_routed_ops() -> list[str]:
     for name in torch._C._dispatch_get_all_op_names():
         if not name.startswith("aten::") or not has(name, "CPU") or has(name, "PrivateUse1"):
             continue
-        if not (has(name, "CompositeImplicitAutograd") or (
-                has(name, "CompositeExplicitAutograd")
-                and not has(name, "CompositeExplicitAutogradNonFunctional"))):
+        if name in missing or name.partition(".")[0] in missing:
             continue
         base, _, overload = name[len("aten::"):].partition(".")
         try:
@@ -226,6 +227,20 @@ def _cpu_routed_ops() -> list[str]:
             continue
         routed.append(name[len("aten::"):])
     return sorted(routed)
+
+
+# Note [A kernel for every CPU op]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# torch_npu registers a kernel for each op it supports; only the others reach its CPU
+# fallback, a boxed kernel for the whole dispatch key. SimNPU used to register its
+# fallback that way for nearly everything, so to the dispatcher (and to the model
+# inventory, `harness.model.inventory`, which asks it) an op like ``aten::where.self``
+# looked like one torch_npu lacks: a clean cpu -> SimNPU parity pair with ``--model`` was
+# BLOCKERS from the simulator alone. Now every op with a CPU kernel gets SimNPU's fallback
+# as its own kernel (the same function: it still warns for, or refuses, the listed ops),
+# and only the ops of HARNESS_SIMNPU_FALLBACK_OPS / _UNSUPPORTED_OPS, read when the
+# simulator loads, stay without one. It also puts SimNPU on the CPU's kernel wherever an
+# op has a composite too (native_layer_norm's composite computes in fp16 step by step).
 
 
 def set_ops(fallback: list[str], unsupported: list[str] = ()) -> None:

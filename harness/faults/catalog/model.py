@@ -28,7 +28,7 @@ SINC_REL_ERROR = perturb_op(
                 "the user's model runs; no catalog row calls it)",
     op="aten.sinc", dtypes=("float32",),
     transform=lambda out, args, kwargs: out * (1 + 1e-3),
-    checks=(CASES,), pytest_args=("--model", MODEL),
+    checks=(CASES,), pytest_args=("--model", MODEL), parity="model",
 )
 
 SINC_UNSUPPORTED = perturb_op(
@@ -36,7 +36,7 @@ SINC_UNSUPPORTED = perturb_op(
     description="the DUT has no aten.sinc kernel (NotImplementedError), as after an upgrade "
                 "that drops one: recorded unsupported, a regression against the baseline",
     op="aten.sinc", transform=_no_kernel,
-    checks=(CASES,), pytest_args=("--model", MODEL),
+    checks=(CASES,), pytest_args=("--model", MODEL), parity="model",
 )
 
 RECOMMENDER = "harness.models:recommender"
@@ -59,7 +59,7 @@ EMBEDDING_BAG_MEAN_AS_SUM = perturb_op(
     description="aten._embedding_bag in mode='mean' returns each bag's sum (the division by "
                 "the bag's size skipped); sum bags are right",
     op="aten._embedding_bag", transform=_mean_as_sum,
-    checks=(CASES,), pytest_args=("--model", RECOMMENDER),
+    checks=(CASES,), pytest_args=("--model", RECOMMENDER), parity="model",
 )
 
 FAULTS = [SINC_REL_ERROR, SINC_UNSUPPORTED, EMBEDDING_BAG_MEAN_AS_SUM]
