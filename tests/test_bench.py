@@ -201,6 +201,25 @@ def test_a_precision_fault_slows_only_its_precision(amp):
     assert kept < 0.045 < slowed
 
 
+def test_a_simulator_runs_its_backward_in_the_calling_thread_while_timed():
+    """Note [A simulator is timed as its host]: SimNPU (host-timed, not the CPU) gets no
+    autograd device thread while timed; the CPU and real accelerators keep torch's way."""
+    import types
+
+    import torch
+
+    from harness.bench.timing import backward_in_caller
+
+    simulator = types.SimpleNamespace(host_timed=True, is_accelerator=True)
+    accelerator = types.SimpleNamespace(host_timed=False, is_accelerator=True)
+    with backward_in_caller(simulator):
+        assert not torch.autograd.is_multithreading_enabled()
+    assert torch.autograd.is_multithreading_enabled()
+    for device in (Device("cpu"), accelerator):
+        with backward_in_caller(device):
+            assert torch.autograd.is_multithreading_enabled()
+
+
 # ------------------------------------------------------ pytest-benchmark glue
 
 def test_measure_collects_the_requested_samples():

@@ -20,6 +20,7 @@ from typing import Optional
 from harness.bench.stats import BenchVerdict, Policy, judge, reproduce_args
 from harness.bench.timing import (
     RunStat,
+    backward_in_caller,
     bench_rounds,
     freed_memory_kept,
     pinned,
@@ -95,7 +96,7 @@ class BenchContext:
             return None
         try:
             with pinned(self.device, workload.clock) as cpu, \
-                    freed_memory_kept(self.device) as kept:
+                    freed_memory_kept(self.device) as kept, backward_in_caller(self.device):
                 host_work = self.device.host_timed or workload.clock == "host"
                 ratio = workload.kind == "ratio"
                 own, flags = bench_rounds(benchmark, prepared.step, self.device,
