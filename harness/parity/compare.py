@@ -470,10 +470,14 @@ def _rule_floor(rec: Record, key: str) -> Optional[float]:
     return float(rule.abs) if rule is not None and rule.abs > 0 else None
 
 
+MODEL_COLUMN = "model "
+"""What a model op case has where an op record has its dtype (the heat map's column)."""
+
+
 def _op_and_dtype(rec: Record) -> tuple[str, str]:
     parts = rec.id.split("/")
     if parts[0] == "model" and len(parts) >= 3:
-        return parts[2], "-"
+        return parts[2], f"{MODEL_COLUMN}{parts[1]}"  # the model's own column, not a dtype
     if len(parts) >= 3:
         return parts[1], parts[2]
     return rec.id, "-"

@@ -31,6 +31,7 @@ import math
 import re
 from typing import Any, Callable, Optional
 
+from harness.parity.compare import MODEL_COLUMN
 from harness.parity.model import Parity
 from harness.report.plots import MISSING, available, draw, pyplot, to_svg
 
@@ -149,7 +150,8 @@ def op_heatmap(parity: Parity, limit: int = HEATMAP_OPS) -> Plot:
     room = max(limit - len(rated), limit // 2)
     ops = (blocked[:room] + rated)[:limit]
     dtypes = sorted({dt for _, dt in worst} | {dt for _, dt in statuses},
-                    key=lambda dt: (dt in ("-", "None", ""), dt))  # no dtype: last
+                    key=lambda dt: (dt.startswith(MODEL_COLUMN), dt in ("-", "None", ""),
+                                    dt))  # no dtype, then the model's cases: last
     top = 16.0
     # a band's bins are [low, high): nudge the edges so that a ratio of exactly 1 (or 2)
     # takes the colour of the band it belongs to (<= 1 pass, <= 2 warning)
