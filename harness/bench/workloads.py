@@ -60,7 +60,8 @@ AMP = {  # precision name -> (autocast dtype or None, GradScaler?)
 }
 TRAIN_BATCH = {"small": 8, "full": 64}
 # CPU autocast runs fp16/bf16 convolutions without native kernels (~50 ms per image on
-# one core): small AMP steps use a batch of 2 there so the family stays fast
+# one core): small AMP steps use a batch of 2 there (and on a simulator, which runs the
+# CPU's kernels: Device.host_timed) so the family stays fast
 AMP_CPU_SMALL_BATCH = 2
 TRAIN_IMAGE = {"small": 32, "full": 32}
 

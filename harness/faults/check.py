@@ -379,7 +379,7 @@ def check_parity(selected: Sequence[Fault], *, root: Path, device: str, referenc
                 f"{fault.parity} ({result.parity.verdict}, {outcome.seconds:.0f} s)")
             return result
 
-        # timing faults (Fault.exclusive) and their clean runs run alone, after the others
+        # timing faults (Fault.exclusive) and their clean runs run alone, one at a time
         alone = {args for args, members in groups.items() if any(f.exclusive for f in members)}
         items = [(i, args, on) for i, args in enumerate(groups) for on in (reference, device)]
         numbered = list(enumerate(faults))

@@ -728,11 +728,12 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
 }
 
-// Ops with a CPU kernel *and* a composite one: on a backend without its own kernel the
-// dispatcher prefers the composite (e.g. native_layer_norm's math version, computed in
-// fp16 step by step), which is not what the CPU computes. Registering the CPU fallback
-// for them directly makes the simulated device run the CPU's kernel, as it does for
-// every other op. The list is computed in Python (harness.simnpu._cpu_routed_ops).
+// The fallback as the kernel of each of these ops: every op with a CPU kernel, but the
+// listed fallback and unsupported ones (Note [A kernel for every CPU op] in
+// harness/simnpu/__init__.py, which computes the list). So the dispatcher sees a kernel
+// where the CPU has one, as torch_npu registers one per op it supports, and runs the
+// CPU's kernel where a composite would otherwise win (native_layer_norm's math version,
+// computed in fp16 step by step).
 void route_to_cpu(const std::vector<std::string>& names) {
   static auto* library = new torch::Library(torch::Library::IMPL, "aten",
                                             c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
