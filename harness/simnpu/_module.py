@@ -59,8 +59,15 @@ class Event:
 class Stream:
     """The one (default) stream of a simulated device."""
 
+    stream_id = 0  # the default stream, as c10 numbers it
+    device_type = int(torch._C._autograd.DeviceType.PrivateUse1)
+
     def __init__(self, device=None, priority: int = 0) -> None:
         self.device = torch.device(simnpu.DEVICE_TYPE, _index(device))
+
+    @property
+    def device_index(self) -> int:  # FSDP2 (torch 2.15) records streams by these three
+        return self.device.index
 
     def synchronize(self) -> None:
         pass

@@ -120,6 +120,9 @@ class HostCollectives(dist.ProcessGroup):
         # a registered backend; the collectives themselves stay this class's methods.
         for device in self._device_types:
             self._register_backend(device, dist.ProcessGroup.BackendType.CUSTOM, self.gloo)
+        if hasattr(self, "_set_default_backend"):  # torch 2.15's init_process_group asks
+            # the group's default backend (its flight recorder): the one registered above
+            self._set_default_backend(dist.ProcessGroup.BackendType.CUSTOM)
 
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
         return BACKEND
