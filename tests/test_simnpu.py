@@ -97,6 +97,7 @@ _PROBE = textwrap.dedent(r"""
     dev = device_mod.select("npu")[0]
     out["module_is_torch_npu"] = dev.module is torch.npu
     out["name"] = dev.name
+    out["host_timed"] = [dev.host_timed, dev.simulated]  # Note [A simulator is timed as its host]
     x = torch.randn(8, 16, device="npu:0")
     out["device_str"] = str(x.device)
     out["is_npu"] = bool(x.is_npu)
@@ -274,6 +275,7 @@ def test_probe_reports_the_simulated_npu(observed):
     assert available and count == 1
     assert "SimNPU" in reason and "simulated, CANN 8.0.RC3" in reason
     assert observed["module_is_torch_npu"] and observed["name"] == "SimNPU"
+    assert observed["host_timed"] == [True, True]  # benchmarks time it as the CPU
 
 
 @needs_compiler
