@@ -71,12 +71,15 @@ struct Block {
   int device;
 };
 
+// Uncount `size` bytes counted by account() on `device` (the memory is being freed).
+void uncount(int device, int64_t size) {
+  std::lock_guard<std::mutex> lock(g_stats_mutex);
+  g_stats[device].allocated -= size;
+}
+
 void delete_block(void* ctx) {
   auto* block = static_cast<Block*>(ctx);
-  {
-    std::lock_guard<std::mutex> lock(g_stats_mutex);
-    g_stats[block->device].allocated -= block->size;
-  }
+  uncount(block->device, block->size);
   c10::free_cpu(block->ptr);
   delete block;
 }
@@ -353,10 +356,7 @@ struct Adopted {
 
 void release_adopted(void* ctx) {
   auto* adopted = static_cast<Adopted*>(ctx);
-  {
-    std::lock_guard<std::mutex> lock(g_stats_mutex);
-    g_stats[adopted->device].allocated -= adopted->size;
-  }
+  uncount(adopted->device, adopted->size);
   delete adopted;  // drops the host storage, which frees the memory
 }
 
