@@ -62,8 +62,9 @@ def _one_param_local_hook(target, bucket):
     return work.get_future().then(restore)
 
 
-def _ddp_with_hook(make_state, hook):
-    """Activate: every DDP built in the DUT scope registers ``hook`` as its comm hook."""
+def _ddp_with_hook(make_state, hook, when=lambda kwargs: True):
+    """Activate: every DDP built in the DUT scope (with arguments ``when`` accepts: others
+    are left alone) registers ``hook`` as its comm hook, its state ``make_state(ddp)``."""
 
     def activate(_device):
         from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: N817
@@ -72,7 +73,8 @@ def _ddp_with_hook(make_state, hook):
 
         def init(self, *args, **kwargs):
             original(self, *args, **kwargs)
-            self.register_comm_hook(make_state(self), hook)
+            if when(kwargs):
+                self.register_comm_hook(make_state(self), hook)
 
         @contextlib.contextmanager
         def patched():
@@ -189,38 +191,12 @@ def _skip_last_bucket_hook(_state, bucket):
     return work.get_future().then(lambda fut: fut.value()[0])
 
 
-def _static_graph_with_hook(hook):
-    """Activate: every DDP built with ``static_graph=True`` in the DUT scope registers
-    ``hook`` (other DDPs are left alone)."""
-
-    def activate(_device):
-        from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: N817
-
-        original = DDP.__init__
-
-        def init(self, *args, **kwargs):
-            original(self, *args, **kwargs)
-            if kwargs.get("static_graph"):
-                self.register_comm_hook(None, hook)
-
-        @contextlib.contextmanager
-        def patched():
-            DDP.__init__ = init
-            try:
-                yield
-            finally:
-                DDP.__init__ = original
-
-        return patched()
-
-    return activate
-
-
 STATIC_GRAPH_SKIPS_BUCKET = Fault(
     "distributed.static_graph_skips_bucket", "distributed",
     "DDP with static_graph=True never reduces its last gradient bucket: those gradients "
     "stay local to each rank",
-    (DDP_STATIC_GRAPH,), _static_graph_with_hook(_skip_last_bucket_hook))
+    (DDP_STATIC_GRAPH,), _ddp_with_hook(lambda ddp: None, _skip_last_bucket_hook,
+                                        when=lambda kwargs: kwargs.get("static_graph")))
 
 
 # --------------------------------------------------------------- sharding collectives
