@@ -335,14 +335,25 @@ def _load_run(results_dir: Path):
         return None
 
 
+def _parity_of(reference, here) -> tuple[Optional[object], str]:
+    """The parity comparison of two loaded runs (None for a run that wrote no results), or
+    None and why they cannot be compared."""
+    from harness.parity import ParityError, compare
+
+    if reference is None or here is None:
+        return None, ""
+    try:
+        return compare(reference, here), ""
+    except ParityError as exc:
+        return None, str(exc)
+
+
 def check_parity(selected: Sequence[Fault], *, root: Path, device: str, reference: str,
                  jobs: int = 2, timeout: float = 900.0,
                  progress=None) -> tuple[RunOutcome, list[FaultResult]]:
     """Prove each parity fault (those with ``Fault.parity``) shows in its section of a
     parity comparison (Note [Parity faults]). The returned clean outcome is green when the
     clean pair is at PARITY."""
-    from harness.parity import ParityError, compare
-
     say = progress or (lambda _msg: None)
     faults = [f for f in selected if f.parity]
     groups: dict[tuple[str, ...], list[Fault]] = {}
@@ -366,12 +377,9 @@ def check_parity(selected: Sequence[Fault], *, root: Path, device: str, referenc
                                   "--inject-fault", fault.name, "--baseline", "off"],
                                  work / f"fault{index}", root=root, timeout=timeout)
             ref = refs[list(groups).index(tuple(fault.pytest_args))]
-            here = _load_run(work / f"fault{index}")
-            try:
-                parity = compare(ref, here) if ref is not None and here is not None else None
-            except ParityError as exc:
-                outcome.output += f"\n{SAY} parity: {exc}"
-                parity = None
+            parity, why = _parity_of(ref, _load_run(work / f"fault{index}"))
+            if why:
+                outcome.output += f"\n{SAY} parity: {why}"
             result = FaultResult(fault, outcome, parity)
             if parity is None:  # nothing to compare: a miss, with the run's output
                 result.parity = _NO_PARITY
@@ -393,12 +401,9 @@ def check_parity(selected: Sequence[Fault], *, root: Path, device: str, referenc
             found = [results[i] for i, _ in numbered]
         merged = _merge(cleans)
         for index, ref in enumerate(refs):
-            here = _load_run(work / f"clean{index}-{device}")
-            try:
-                pair = compare(ref, here) if ref is not None and here is not None else None
-            except ParityError as exc:
-                merged.output += f"\n{SAY} clean pair: {exc}"
-                pair = None
+            pair, why = _parity_of(ref, _load_run(work / f"clean{index}-{device}"))
+            if why:
+                merged.output += f"\n{SAY} clean pair: {why}"
             if pair is None or pair.verdict != "PARITY":
                 merged.exit_code = merged.exit_code or 1
                 merged.output += (f"\n{SAY} the clean pair is not at PARITY: " + (
