@@ -210,8 +210,8 @@ def test_a_simulator_runs_its_backward_in_the_calling_thread_while_timed():
 
     from harness.bench.timing import backward_in_caller
 
-    simulator = types.SimpleNamespace(host_timed=True, is_accelerator=True)
-    accelerator = types.SimpleNamespace(host_timed=False, is_accelerator=True)
+    simulator = types.SimpleNamespace(simulated=True)
+    accelerator = types.SimpleNamespace(simulated=False)
     with backward_in_caller(simulator):
         assert not torch.autograd.is_multithreading_enabled()
     assert torch.autograd.is_multithreading_enabled()

@@ -109,7 +109,7 @@ def run_controls(runs) -> list[Optional[float]]:
 def backward_in_caller(device):
     """While a host-timed simulator is timed: autograd runs its backward in the calling
     thread (Note [A simulator is timed as its host]); elsewhere nothing changes."""
-    if not (device.host_timed and device.is_accelerator):
+    if not device.simulated:
         return contextlib.nullcontext()
     import torch
 
