@@ -237,16 +237,12 @@ class _Context:
         check that passes there and fails here; True when one was added."""
         if ref.status != Status.PASS or here.status in (Status.PASS, Status.SLOWER):
             return False  # slower: than this device's own baseline; speed compares the two
+        blocker = here.status in BLOCKING
+        if not blocker and section in ("ops", "model") and \
+                self.op_record(section, ref, here, failing=True):
+            return True  # a failing op with its ratios
         why = _first_line(here.message)
-        if here.status in BLOCKING:
-            self.difference(section, here, "blocker",
-                            f"passes on {self.ref_name}, {here.status} here"
-                            + (f": {why}" if why else ""),
-                            {"status": str(ref.status)}, {"status": str(here.status)}, None)
-            return True
-        if section in ("ops", "model") and self.op_record(section, ref, here, failing=True):
-            return True
-        self.difference(section, here, "difference",
+        self.difference(section, here, "blocker" if blocker else "difference",
                         f"passes on {self.ref_name}, {here.status} here"
                         + (f": {why}" if why else ""),
                         {"status": str(ref.status)}, {"status": str(here.status)}, None)
