@@ -24,6 +24,17 @@ such globs with ``*``), and the automatic record id of any other test
 several records is xfailed when any of them fails (narrow it with ``--op-filter`` to see
 the others).
 
+Note [Where a stack defect is]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+A stack glob says where a defect was *measured*, not where it *is*: an entry for
+``torch-2.[45].*`` was a false failure on 2.6 and 2.8, which have the same defect. So an
+entry may name probes (:mod:`harness.stack_probes`): small, in-process experiments on the
+stack itself (gloo's reduce-scatter with AVG on two ranks in threads, 40 ms) that say
+whether the defect is present. The entry applies where its globs match and every probe
+finds the defect; a probe that cannot run (the API is absent) finds nothing, and the check
+itself then records ``unsupported``. A check that depends on the defect (FSDP2 on a
+reduce-scatter that sums) names the same probe, so one experiment decides both.
+
 A check that records a failure without raising (the catalog records ``fail`` and lets the
 plugin fail the report) raises for a listed test, so pytest's xfail sees the failure.
 """
@@ -32,10 +43,11 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence, Union
 
 import pytest
 
+from harness import stack_probes
 from harness.ids import FAILING
 from harness.recorder import auto_record_id
 
@@ -54,34 +66,65 @@ class KnownFailure:
 
     device_type: str
     stack: str
-    match: str
+    match: Union[str, tuple[str, ...]]
     reason: str
     link: str
+    probes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        unknown = [name for name in self.probes if name not in stack_probes.PROBES]
+        if unknown:
+            raise ValueError(f"known failure {self.match!r}: unknown stack probe(s) {unknown}; "
+                             f"choose from {sorted(stack_probes.PROBES)} "
+                             "(harness.stack_probes.PROBES)")
+
+    @property
+    def globs(self) -> tuple[str, ...]:
+        return (self.match,) if isinstance(self.match, str) else tuple(self.match)
 
     def applies_to(self, fingerprint: dict) -> bool:
+        """Whether the defect is on this stack: the device type and the stack glob match,
+        and every probe finds it (Note [Where a stack defect is])."""
         device = str(fingerprint.get("device_type", ""))
         stack = str(fingerprint.get("stack_id", ""))
         return (self.device_type in ("*", device)
-                and fnmatch.fnmatchcase(stack, self.stack))
+                and fnmatch.fnmatchcase(stack, self.stack)
+                and all(stack_probes.present(name) for name in self.probes))
 
     def matches(self, candidates: Iterable[str]) -> bool:
-        return any(fnmatch.fnmatchcase(c, self.match) for c in candidates)
+        return any(fnmatch.fnmatchcase(c, glob) for c in candidates for glob in self.globs)
 
     def to_json(self) -> dict:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        out["match"] = self.match if isinstance(self.match, str) else list(self.match)
+        out["probes"] = list(self.probes)
+        return out
 
 
 # The cumprod backward rows once listed here were the harness's own doing: its aten-op
 # recording was a dispatch mode around the measured DUT call, which makes torch take
 # another formula (Note [Measured without the harness] in harness/ops/policy.py).
 KNOWN_FAILURES: tuple[KnownFailure, ...] = (
-    # measured on the CI lines: 2.4.1 and 2.5.1 return the sum, 2.1.2 has no flat
-    # reduce_scatter on gloo (unsupported), 2.13 and 2.15 divide
+    # Found where it is, by a probe, not by the lines that were measured (Note [Where a
+    # stack defect is]): 2.4 to 2.8 return the sum (measured 2.4.1, 2.5.1, 2.6.0, 2.8.0);
+    # 2.1 has no flat reduce_scatter on gloo (the check records unsupported, the probe
+    # finds nothing); 2.13 and 2.15 divide. Gloo learnt AVG for allreduce in #149781 and
+    # its reduce-scatter path honours it after #171458 (fixing #162338).
     KnownFailure(
-        device_type="cpu", stack="torch-2.[45].*", match="ws*-reduce_scatter_tensor_avg/*",
-        reason="gloo's reduce_scatter_tensor ignores ReduceOp.AVG and returns the sum "
-               "(all_reduce refuses AVG on these lines; gloo learnt AVG later)",
-        link="https://github.com/pytorch/pytorch/pull/149781"),
+        device_type="cpu", stack="*", match="ws*-reduce_scatter_tensor_avg/*",
+        reason="gloo's reduce_scatter_tensor ignores ReduceOp.AVG and returns the sum",
+        link="https://github.com/pytorch/pytorch/issues/162338",
+        probes=("gloo_reduce_scatter_avg_sums",)),
+    # The same defect, seen through FSDP2 where it runs on the CPU (torch >= 2.7; 2.6
+    # records unsupported: its CPU stream lacks record_event): fully_shard reduce-scatters
+    # its gradients with ReduceOp.AVG, so on 2.7 and 2.8 they come back summed.
+    KnownFailure(
+        device_type="cpu", stack="*",
+        match=("suites/distributed/test_dist_parallel.py::test_fsdp2_*",),
+        reason="FSDP2 reduce-scatters gradients with ReduceOp.AVG, which this gloo sums "
+               "(gloo's reduce_scatter_tensor ignores ReduceOp.AVG)",
+        link="https://github.com/pytorch/pytorch/issues/162338",
+        probes=("gloo_reduce_scatter_avg_sums", "fsdp2_on_cpu")),
 )
 """The table: one row per known failure (see :data:`EXAMPLE`)."""
 

@@ -85,3 +85,48 @@ def test_record_globs_match_the_records_a_catalog_test_writes():
     assert _row("ops/erfinv/bfloat16/bwd/odd257").matches(known_failures.candidates(catalog))
     assert not _row("ops/erfinv/float16/*").matches(known_failures.candidates(catalog))
     assert _row("opinfo/exp/float32*").matches(known_failures.candidates(sweep))
+
+
+def test_an_entry_applies_where_its_probe_finds_the_defect_whatever_the_stack(monkeypatch):
+    """Note [Where a stack defect is]: a stack glob of '*' and a probe, so a defect that
+    lives on 2.4 to 2.8 is known on every one of them, and on none where it is fixed."""
+    from harness import stack_probes
+
+    found = {"defect": True}
+    monkeypatch.setitem(stack_probes.PROBES, "demo_defect", lambda: found["defect"])
+    stack_probes.result.cache_clear()
+    row = KnownFailure("cpu", "*", ("a/*", "b/*"), "a known bug", "x#1",
+                       probes=("demo_defect",))
+    for stack in ("torch-2.4.1", "torch-2.6.0", "torch-2.8.0"):
+        assert row.applies_to({"device_type": "cpu", "stack_id": stack})
+    assert row.matches(["b/1"]) and not row.matches(["c/1"])
+    found["defect"] = False
+    stack_probes.result.cache_clear()
+    assert not row.applies_to({"device_type": "cpu", "stack_id": "torch-2.6.0"})
+    found["defect"] = None  # cannot tell (the API is absent): the check says unsupported
+    stack_probes.result.cache_clear()
+    assert not row.applies_to({"device_type": "cpu", "stack_id": "torch-2.6.0"})
+    stack_probes.result.cache_clear()
+
+
+def test_an_unknown_probe_is_refused_naming_the_table():
+    with pytest.raises(ValueError, match="unknown stack probe.*stack_probes.PROBES"):
+        KnownFailure("cpu", "*", "a/*", "r", "l", probes=("no_such_probe",))
+
+
+def test_the_gloo_probe_measures_this_stack():
+    """The shipped probe runs on this torch and agrees with what the collective check
+    measures here (2.13 and 2.15 divide; 2.4 to 2.8 return the sum)."""
+    import torch
+
+    from harness import stack_probes
+
+    found = stack_probes.PROBES["gloo_reduce_scatter_avg_sums"]()
+    major_minor = tuple(int(p) for p in torch.__version__.split(".")[:2])
+    if major_minor >= (2, 13):
+        assert found is False
+    elif (2, 4) <= major_minor <= (2, 8):
+        assert found is True
+    every = {e.match if isinstance(e.match, str) else e.match[0]: e.probes
+             for e in known_failures.KNOWN_FAILURES}
+    assert all(probes for probes in every.values())  # shipped rows say where, not when

@@ -88,3 +88,24 @@ def test_test_modules_have_unique_names():
             clashes.append(f"{seen[path.name].relative_to(ROOT)} and {path.relative_to(ROOT)}")
         seen.setdefault(path.name, path)
     assert not clashes, "test modules sharing a name (rename one): " + "; ".join(clashes)
+
+
+def _readme_two_commands() -> list[str]:
+    """The commands of README.md's "The two commands" bash block, in order."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("## The two commands", 1)[1]
+    block = section.split("```bash", 1)[1].split("```", 1)[0]
+    return [line.strip() for line in block.splitlines()
+            if line.strip() and not line.strip().startswith("#")]
+
+
+def test_ci_runs_the_readmes_two_commands_as_the_readme_spells_them():
+    """.ci/run's first command and test command are README.md's, word for word, and it
+    runs the first one before the test command installs [test] (issue: the first command
+    failed in a bare venv while CI, which ran the test command first, stayed green)."""
+    first, test = _readme_two_commands()
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert f'FIRST_COMMAND="{first}"' in ci
+    assert f'TEST_COMMAND="{test}"' in ci
+    assert ci.index("$FIRST_COMMAND\n") < ci.index("$TEST_COMMAND\n")
+    assert '"$PY" -m venv' in ci.split("$FIRST_COMMAND\n", 1)[0]

@@ -58,6 +58,23 @@ def _public_api(module: str, names: tuple[str, ...], since: str):
                           f"{type(exc).__name__}: {exc})") from None
 
 
+def _fsdp_api(ctx):
+    """FSDP2's public API, and the device stream API it waits on: ``fully_shard`` records
+    events on the device's current stream, which the CPU's stream gains in torch 2.7
+    (torch 2.6 has ``fully_shard`` but its ``torch.cpu.Stream`` has no ``record_event``:
+    FSDP2 on the CPU fails there with an AttributeError, a missing capability)."""
+    found = _public_api("torch.distributed.fsdp", ("fully_shard", "MixedPrecisionPolicy"),
+                        FSDP_SINCE)
+    kind = ctx.torch_device.type
+    module = getattr(torch, kind, None)
+    stream = module.current_stream() if hasattr(module, "current_stream") else None
+    if stream is not None and not hasattr(stream, "record_event"):
+        raise Unsupported(f"torch {torch.__version__}: FSDP2 on {kind} needs "
+                          f"torch.{kind}.Stream.record_event, which this torch lacks (the CPU "
+                          "stream has it from torch 2.7)")
+    return found
+
+
 def _mesh(ctx):
     """A 1-D mesh over every rank on the DUT's device type (the world group)."""
     (init_device_mesh,) = _public_api("torch.distributed.device_mesh", ("init_device_mesh",),
@@ -114,8 +131,7 @@ FSDP_VARIANTS = {"float32": None, "bf16_mixed": ("bfloat16", "float32")}
 
 def _fully_shard(ctx, model: nn.Module, variant: str = "float32"):
     """``fully_shard`` every Linear, then the root (the usual FSDP2 wrapping)."""
-    fully_shard, policy_cls = _public_api("torch.distributed.fsdp",
-                                         ("fully_shard", "MixedPrecisionPolicy"), FSDP_SINCE)
+    fully_shard, policy_cls = _fsdp_api(ctx)
     mesh = _mesh(ctx)
     kwargs = {"mesh": mesh}
     if FSDP_VARIANTS[variant] is not None:
@@ -191,7 +207,7 @@ def fsdp_state_round_trip(ctx, steps_before: int = 2, steps_after: int = 2,
     before loading (it must, or loading proved nothing), and the optimizer-state entries
     each side holds.
     """
-    _public_api("torch.distributed.fsdp", ("fully_shard",), FSDP_SINCE)
+    _fsdp_api(ctx)
     dcp_save, dcp_load = _public_api("torch.distributed.checkpoint", ("save", "load"),
                                      DCP_SINCE)
     get_state_dict, set_state_dict = _public_api(

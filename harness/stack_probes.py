@@ -1,0 +1,99 @@
+"""Probes of the stack: does this torch have a known defect? (Note [Where a stack defect
+is] in :mod:`harness.known_failures`.)
+
+Each probe is a small experiment run in this process on the stack itself, never on the
+device under test's scope (a fault acts only inside ``device.scope()``, so a probe sees
+the stack as it is, not the fault). It returns True when the defect is present, False
+when the stack behaves, and None when it cannot tell (the API is absent). Results are
+cached per process; ``PROBES`` is the table known failures name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import functools
+import os
+import sys
+import threading
+from typing import Callable, Optional
+
+
+@contextlib.contextmanager
+def _quiet_fds():
+    """File descriptors 1 and 2 on /dev/null while a probe's C++ logs its connections."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        for fd, copy in zip((1, 2), saved):
+            os.dup2(copy, fd)
+            os.close(copy)
+
+
+def _gloo_reduce_scatter_avg_sums() -> Optional[bool]:
+    """Whether gloo's ``reduce_scatter_tensor`` with ``ReduceOp.AVG`` returns the sum: two
+    ranks in threads of this process on a ``HashStore``, each contributing ``rank + 1``."""
+    import torch
+    import torch.distributed as dist
+
+    if not dist.is_available() or not hasattr(dist, "ProcessGroupGloo"):
+        return None
+    store, got, errors = dist.HashStore(), {}, []
+
+    def rank(r: int) -> None:
+        try:
+            group = dist.ProcessGroupGloo(store, r, 2, datetime.timedelta(seconds=20))
+            opts = dist.ReduceScatterOptions()
+            opts.reduceOp = dist.ReduceOp.AVG
+            out = torch.empty(1)
+            group._reduce_scatter_base(out, torch.full((2,), float(r + 1)), opts).wait()
+            got[r] = float(out[0])
+        except Exception as exc:  # noqa: BLE001 - an absent or refusing API: cannot tell
+            errors.append(exc)
+
+    threads = [threading.Thread(target=rank, args=(r,), daemon=True) for r in range(2)]
+    with _quiet_fds():  # gloo's "[Gloo] Rank 1 is connected to 1 peer ranks" lines
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+    if errors or len(got) != 2:
+        return None
+    return all(abs(value - 3.0) < 1e-6 for value in got.values())  # the mean is 1.5
+
+
+def _fsdp2_on_cpu() -> Optional[bool]:
+    """Whether FSDP2 runs on the CPU: its public ``fully_shard`` exists and the CPU stream
+    has the ``record_event`` it waits on (torch 2.7; ``_fsdp_api`` in
+    harness/distributed/parallel.py records ``unsupported`` otherwise)."""
+    import torch
+
+    try:
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard  # noqa: F401
+    except ImportError:
+        return False
+    return hasattr(torch.cpu.current_stream(), "record_event")
+
+
+PROBES: dict[str, Callable[[], Optional[bool]]] = {
+    "gloo_reduce_scatter_avg_sums": _gloo_reduce_scatter_avg_sums,
+    "fsdp2_on_cpu": _fsdp2_on_cpu,
+}
+"""Probe name -> the experiment (True: the defect or feature is present)."""
+
+
+@functools.lru_cache(maxsize=None)
+def result(name: str) -> Optional[bool]:
+    """The probe's answer in this process (run once)."""
+    return PROBES[name]()
+
+
+def present(name: str) -> bool:
+    """Whether the probe found what it looks for (None, cannot tell, is no)."""
+    return result(name) is True
