@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from harness import argtypes, kinds
+from harness.results import is_results_file
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -34,7 +35,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
 def _find_baseline(root: Path, name: str) -> Path:
     path = Path(name)
-    if path.suffix == ".json" and path.is_file():
+    if is_results_file(path) and path.is_file():
         return path
     matches = sorted(root.glob(f"*/*/{name}.json"))
     if not matches:
@@ -148,7 +149,7 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     """``baseline diff A B``: the report of B against A (Note in harness.report)."""
     _check_report_outputs(args, args.a, args.b)
     given = {name: Path(name) for name in (args.a, args.b)
-             if Path(name).suffix == ".json" and Path(name).is_file()}
+             if is_results_file(name) and Path(name).is_file()}
     if args.dir is not None:
         root = Path(args.dir)
     else:  # the store the runs used: beside a named file, or the one a results file names

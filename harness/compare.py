@@ -214,11 +214,9 @@ def ulp(reference: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 def nonfinite_classes(values: torch.Tensor) -> torch.Tensor:
     """0 finite, 1 NaN, 2 +inf, 3 -inf (Note [Non-finite values])."""
-    out = torch.zeros(values.shape, dtype=torch.int8)
-    out[torch.isnan(values)] = 1
-    out[values == math.inf] = 2
-    out[values == -math.inf] = 3
-    return out
+    nan = torch.isnan(values).to(torch.int8)
+    inf = torch.isinf(values).to(torch.int8)
+    return nan + inf * torch.where(values > 0, 2, 3).to(torch.int8)
 
 
 def _f(value) -> float:
@@ -240,30 +238,41 @@ def _errors(x: torch.Tensor, r: torch.Tensor, limits: DtypeLimits, dtype: torch.
         if want_ulp:
             out.update(ulp_mean=0.0, ulp_max=0.0, ulp_gt1_share=0.0, ulp_gt32_share=0.0)
         return out
+    # Note [Statistics in one pass of torch]: every statistic is a reduction of a
+    # masked tensor (torch.where, never boolean indexing, which copies), stacked and read
+    # back with one tolist()
     diff = x - r
     err = diff.abs()
     absr = r.abs() if mag is None else mag
     small = absr < limits.small_value
-    normal = ~small
-    rel = err[normal] / absr[normal]
-    out = {"max_abs_err": _f(err.max()),
-           "max_rel_err": _f(rel.max()) if rel.numel() else 0.0,
-           "mean_rel_err": _f(rel.mean()) if rel.numel() else 0.0,
-           "rmse": math.sqrt(_f((diff * diff).mean())),
-           "err_balance": abs(_f((diff[normal] / absr[normal]).mean())) if rel.numel() else 0.0,
-           "small_abs_err": _f(err[small].max()) if bool(small.any()) else 0.0}
-    nx, nr = _f(torch.linalg.vector_norm(x)), _f(torch.linalg.vector_norm(r))
+    normal_count = n - int(small.sum())
+    signed = torch.where(small, 0.0, diff / absr)
+    rel = signed.abs()
+    stats = [err.max(), rel.max(), rel.sum(), diff.dot(diff) / n, signed.sum(),
+             torch.where(small, err, 0.0).max(), torch.linalg.vector_norm(x),
+             torch.linalg.vector_norm(r), x.dot(r)]
+    if want_ulp:
+        ulps = err / ulp(absr, dtype)
+        stats += [ulps.mean(), ulps.max(), (ulps > 1).sum(), (ulps > 32).sum()]
+    values = torch.stack([t.double() for t in stats]).tolist()
+    max_abs, max_rel, rel_sum, mse, signed_sum, small_abs, nx, nr, dot = values[:9]
+    normal = max(normal_count, 1)
+    out = {"max_abs_err": max_abs,
+           "max_rel_err": max_rel if normal_count else 0.0,
+           "mean_rel_err": rel_sum / normal if normal_count else 0.0,
+           "rmse": math.sqrt(mse),
+           "err_balance": abs(signed_sum / normal) if normal_count else 0.0,
+           "small_abs_err": small_abs if normal_count < n else 0.0}
     if nx == 0.0 and nr == 0.0:
         out["cosine"] = 1.0
     elif nx == 0.0 or nr == 0.0:
         out["cosine"] = 0.0
     else:
-        out["cosine"] = min(1.0, _f(torch.dot(x, r)) / (nx * nr))
+        out["cosine"] = min(1.0, dot / (nx * nr))
     if want_ulp:
-        ulps = err / ulp(absr, dtype)
-        out.update(ulp_mean=_f(ulps.mean()), ulp_max=_f(ulps.max()),
-                   ulp_gt1_share=_f((ulps > 1).double().mean()),
-                   ulp_gt32_share=_f((ulps > 32).double().mean()))
+        ulp_mean, ulp_max, gt1, gt32 = values[9:]
+        out.update(ulp_mean=ulp_mean, ulp_max=ulp_max, ulp_gt1_share=gt1 / n,
+                   ulp_gt32_share=gt32 / n)
     return out
 
 
@@ -572,25 +581,36 @@ class Floor:
         return []
 
     def _sign_test(self, out: Measured) -> list[str]:
-        """The paired sign test of the error directions (Note [Error balance])."""
+        """The paired sign test of the error directions (Note [Error balance]); both
+        senses at once, as rows of one tensor, its counts read back with one tolist()."""
         normal = ~out.small
-        ref = out.ref[normal]
-        senses = {"toward_zero": lambda x: torch.sign(ref.abs() - x.abs()),
-                  "below": lambda x: torch.sign(ref - x)}
-        dut_dirs = {sense: way(out.dut[normal]) for sense, way in senses.items()}
-        for sense, dirs in dut_dirs.items():
-            out.metrics[f"{sense}_share"] = _share(dirs)
+        all_normal = bool(normal.all())
+        ref = out.ref if all_normal else out.ref[normal]
+
+        def directions(x: torch.Tensor) -> torch.Tensor:  # rows: SENSES
+            return torch.stack([torch.sign(ref.abs() - x.abs()), torch.sign(ref - x)])
+
+        dut_dirs = directions(out.dut if all_normal else out.dut[normal])
+        counts = [(dut_dirs > 0).sum(1), (dut_dirs != 0).sum(1)]
+        if out.low is not None:
+            low = out.low if all_normal else out.low[normal]
+            keep = torch.isfinite(low)
+            cpu = directions(low)
+            counts += [(cpu > 0) & keep, (cpu != 0) & keep, (dut_dirs > cpu) & keep,
+                       (dut_dirs < cpu) & keep]
+            counts[2:] = [c.sum(1) for c in counts[2:]]
+            counts.append(keep.sum().expand(2))
+        rows = torch.stack(counts).tolist()
+        for i, sense in enumerate(SENSES):
+            out.metrics[f"{sense}_share"] = _share(rows[0][i], rows[1][i])
         if out.low is None:
             return []
-        low = out.low[normal]
-        keep = torch.isfinite(low)
-        n = int(keep.sum())
+        n = rows[6][0]
         alpha, min_excess = self.limits["sign_test_p"], self.limits["sign_min_excess"]
         failures, p_min = [], 1.0
-        for sense, way in senses.items():
-            dut, cpu = dut_dirs[sense][keep], way(low)[keep]
-            out.metrics[f"ref_{sense}_share"] = _share(cpu)
-            more, less = int((dut > cpu).sum()), int((dut < cpu).sum())
+        for i, sense in enumerate(SENSES):
+            out.metrics[f"ref_{sense}_share"] = _share(rows[2][i], rows[3][i])
+            more, less = rows[4][i], rows[5][i]
             p = _binomial_p(more, less)
             p_min = min(p_min, p)
             excess = (more - less) / max(n, 1)
@@ -606,19 +626,24 @@ class Floor:
         return failures
 
 
-def _share(directions: torch.Tensor) -> float:
+SENSES = ("toward_zero", "below")
+"""The sign test's senses: ``sign(|ref| - |x|)`` (toward zero) and ``sign(ref - x)``."""
+
+
+def _share(positive: int, nonzero: int) -> float:
     """Of the non-zero directions, the share that is +1 (0.5 when there are none)."""
-    nonzero = int((directions != 0).sum())
-    return int((directions > 0).sum()) / nonzero if nonzero else 0.5
+    return positive / nonzero if nonzero else 0.5
 
 
 def _binomial_p(more: int, less: int) -> float:
-    """Two-sided exact binomial p-value of ``more`` against ``less`` at p = 1/2."""
+    """Two-sided exact binomial p-value of ``more`` against ``less`` at p = 1/2: at 1/2
+    the distribution is symmetric, so it is twice the tail of the smaller count (what
+    ``scipy.stats.binomtest`` sums pmf by pmf, in one ``cdf``)."""
     if more == less:
         return 1.0
-    from scipy.stats import binomtest  # scipy is heavy; only a discordant output needs it
+    from scipy.stats import binom  # scipy is heavy; only a discordant output needs it
 
-    return float(binomtest(more, more + less, 0.5).pvalue)
+    return min(1.0, 2.0 * float(binom.cdf(min(more, less), more + less, 0.5)))
 
 
 # The standards table (Note [Precision standards]); limits are data, read by the judges.
@@ -760,31 +785,43 @@ def _measure(dut: torch.Tensor, ref: torch.Tensor, lowp: Optional[torch.Tensor],
     d = dut.double().reshape(-1)
     r = ref.double().reshape(-1)
     r_cast = ref.to(dtype).double().reshape(-1)  # Note [Non-finite values]
-    dclass, rclass = nonfinite_classes(d), nonfinite_classes(r_cast)
-    nonfinite_bad = dclass != rclass
     has_low = lowp is not None and lowp.shape == dut.shape
-    if has_low:  # Note [CPU's own error]
-        lclass = nonfinite_classes(lowp.double().reshape(-1))
-        nonfinite_bad &= dclass != lclass
-    nan_inf = int(nonfinite_bad.sum())
-    finite = (dclass == 0) & (rclass == 0) & torch.isfinite(r)
-    fd, fr = d[finite], r[finite]
+    lw = lowp.double().reshape(-1) if has_low else None
+    if bool(torch.isfinite(d).all() & torch.isfinite(r_cast).all() & torch.isfinite(r).all()):
+        # the usual output: nothing to classify, every position compared
+        nonfinite_bad = torch.zeros(d.shape, dtype=torch.bool)
+        nan_inf = 0
+        finite = torch.ones(d.shape, dtype=torch.bool)
+        fd, fr = d, r
+        fscale = scale.reshape(-1) if scale is not None else None
+    else:
+        dclass, rclass = nonfinite_classes(d), nonfinite_classes(r_cast)
+        nonfinite_bad = dclass != rclass
+        if has_low:  # Note [CPU's own error]
+            nonfinite_bad &= dclass != nonfinite_classes(lw)
+        nan_inf = int(nonfinite_bad.sum())
+        finite = (dclass == 0) & (rclass == 0) & torch.isfinite(r)
+        fd, fr = d[finite], r[finite]
+        fscale = scale.reshape(-1)[finite] if scale is not None else None
     # the magnitude every relative quantity is measured against (Note [Condition ...])
     fmag = fr.abs() if scale is None else torch.maximum(
-        fr.abs(), scale.reshape(-1)[finite].nan_to_num(nan=0.0, posinf=0.0))
+        fr.abs(), fscale.nan_to_num(nan=0.0, posinf=0.0))
     m = _errors(fd, fr, limits, dtype, want_ulp, fmag)
     metrics: dict[str, float] = dict(m)
     metrics["nan_inf_mismatch"] = float(nan_inf)
     metrics["numel"] = float(dut.numel())
-    rms_ref = math.sqrt(_f((fmag * fmag).mean())) if fr.numel() else 0.0
+    rms_ref = math.sqrt(_f(fmag.dot(fmag)) / fr.numel()) if fr.numel() else 0.0
     ref_m = low_err = low = None
     if has_low:
-        lw = lowp.double().reshape(-1)
-        low = lw[finite]
-        lfinite = torch.isfinite(low)
-        ref_m = _errors(low[lfinite], fr[lfinite], limits, dtype, want_ulp, fmag[lfinite])
-        low_err = (low - fr).abs().nan_to_num(nan=0.0, posinf=0.0)
-        low = torch.where(lfinite, low, math.nan)
+        low = lw if nan_inf == 0 and fd is d else lw[finite]
+        if bool(torch.isfinite(low).all()):
+            ref_m = _errors(low, fr, limits, dtype, want_ulp, fmag)
+            low_err = (low - fr).abs()
+        else:
+            lfinite = torch.isfinite(low)
+            ref_m = _errors(low[lfinite], fr[lfinite], limits, dtype, want_ulp, fmag[lfinite])
+            low_err = (low - fr).abs().nan_to_num(nan=0.0, posinf=0.0)
+            low = torch.where(lfinite, low, math.nan)
         metrics["ref_cosine"] = ref_m["cosine"]
         for key in ("max_rel_err", "mean_rel_err", "rmse", "small_abs_err", "err_balance",
                     *(("ulp_gt1_share", "ulp_gt32_share", "ulp_mean") if want_ulp else ())):

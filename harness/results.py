@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gzip
 import json
 import math
 import os
 import re
 import tempfile
+import zlib
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
@@ -418,8 +420,9 @@ def _check_types(data: dict) -> None:
 
 # ------------------------------------------------------------------------------ I/O
 
-def atomic_write_text(path: Union[str, Path], text: str) -> None:
-    """Write ``text`` so that ``path`` holds either the old or the new content, never half.
+def atomic_write_text(path: Union[str, Path], text: Union[str, bytes]) -> None:
+    """Write ``text`` (or bytes) so that ``path`` holds either the old or the new content,
+    never half.
 
     Temp file in the same folder, flush, fsync, rename over the target, fsync the folder.
     """
@@ -430,8 +433,9 @@ def atomic_write_text(path: Union[str, Path], text: str) -> None:
                                dir=path.parent)
     try:
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a baseline is a shared file
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        data = text.encode("utf-8") if isinstance(text, str) else text
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
@@ -496,8 +500,37 @@ def dumps(results: RunResults) -> str:
         f'{head},\n "records": {{}}\n}}\n'
 
 
-RESULT_NAME = re.compile(r"^\d{8}T\d{6,12}Z-[a-z0-9]+\.json$")
-"""``results/<UTC time>-<device_type>.json``: what :func:`prune` may delete."""
+RESULT_NAME = re.compile(r"^\d{8}T\d{6,12}Z-[a-z0-9]+\.json(\.gz)?$")
+"""``results/<UTC time>-<device_type>.json.gz``: what :func:`prune` may delete (plain
+``.json`` too: what earlier harnesses wrote)."""
+RESULTS_SUFFIX = ".json.gz"
+"""What a run writes: the JSON of :func:`dumps`, gzip-compressed (Note [Compressed run
+files])."""
+GZIP_LEVEL = 3
+GZIP_MAGIC = b"\x1f\x8b"
+
+# Note [Compressed run files]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# A default run's file is ~10,000 records of metrics and rules, 10 to 14 MB of JSON written
+# at the end of every run, kept in results/, uploaded by CI and read by every view. Its text
+# repeats itself (the same metric names and rules in every record), so gzip (level 3)
+# keeps ~12% of it: the JSON inside is byte for byte what :func:`dumps` makes, so no field
+# changes and ``zcat run.json.gz | jq`` reads it. Baselines stay plain ``.json``: they are
+# reviewed in git, where a diff must be readable. :func:`load` reads both, by the content's
+# first bytes (not the name), and caps the decompressed size as it caps a plain file's.
+
+
+def is_results_file(path: Union[str, Path]) -> bool:
+    """Whether ``path`` is named like a results or baseline file (``.json``, ``.json.gz``)."""
+    name = Path(path).name
+    return name.endswith(".json") or name.endswith(RESULTS_SUFFIX)
+
+
+def results_files(folder: Union[str, Path]) -> list[Path]:
+    """The results files in ``folder`` (``*.json`` and ``*.json.gz``), sorted by name."""
+    folder = Path(folder)
+    return sorted(p for p in folder.iterdir() if p.is_file() and is_results_file(p)) \
+        if folder.is_dir() else []
 
 
 def prune(folder: Union[str, Path], keep: int) -> list[Path]:
@@ -515,8 +548,31 @@ def prune(folder: Union[str, Path], keep: int) -> list[Path]:
 
 
 def write(results: RunResults, path: Union[str, Path]) -> Path:
-    atomic_write_text(path, dumps(results))
+    """Write atomically: gzip-compressed where the name ends ``.gz`` (a run's file), plain
+    JSON otherwise (a baseline) (Note [Compressed run files])."""
+    text = dumps(results)
+    if str(path).endswith(".gz"):
+        atomic_write_text(path, gzip.compress(text.encode("utf-8"), GZIP_LEVEL, mtime=0))
+    else:
+        atomic_write_text(path, text)
     return Path(path)
+
+
+def _decompressed(path: Path, raw: bytes, cap: int) -> bytes:
+    """The content of a gzip file, refused past ``cap`` bytes before it is all inflated."""
+    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        data = inflate.decompress(raw, cap + 1)
+    except zlib.error as exc:
+        raise SchemaError(f"{path}: a damaged gzip file ({exc}): restore it or re-run") from None
+    if len(data) > cap:
+        raise SchemaError(f"{path}: decompresses to over the {cap / 2**20:.3g} MB a results "
+                          f"file may have: not read. Check it is a harness results file, or "
+                          f"raise the cap with {MAX_BYTES_ENV}=<MB>")
+    if not inflate.eof:
+        raise SchemaError(f"{path}: the gzip stream ends early (truncated?): restore it or "
+                          "re-run")
+    return data
 
 
 MAX_BYTES_ENV = "HARNESS_MAX_RESULTS_MB"
@@ -546,9 +602,11 @@ def max_bytes() -> int:
 # arbitrary JSON to every loader and accepts nothing but a clean load or a SchemaError.
 
 
-def load(path: Union[str, Path]) -> RunResults:
-    """Read a results/baseline file; errors name the file and, for bad JSON, the line
-    (Note [Loaders never crash])."""
+def read_document(path: Union[str, Path]) -> Any:
+    """The parsed JSON of a results/baseline file, plain or gzip-compressed (Note
+    [Compressed run files]), before any schema check: for a reader that needs one field
+    of many files (a run's outcomes). Errors are SchemaErrors naming the file and, for bad
+    JSON, the line (Note [Loaders never crash])."""
     path = Path(path)
     try:
         size, cap = path.stat().st_size, max_bytes()
@@ -557,11 +615,14 @@ def load(path: Union[str, Path]) -> RunResults:
                               f"a results file may have (a full run's is a few MB): not read. "
                               f"Check it is a harness results file, or raise the cap with "
                               f"{MAX_BYTES_ENV}=<MB>")
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
+        if raw[:2] == GZIP_MAGIC:
+            raw = _decompressed(path, raw, cap)
+        text = raw.decode("utf-8")
     except OSError as exc:
         raise SchemaError(f"{path}: cannot read ({exc.strerror})") from exc
     except UnicodeDecodeError as exc:
-        line = path.read_bytes()[:exc.start].count(b"\n") + 1
+        line = raw[:exc.start].count(b"\n") + 1
         raise SchemaError(f"{path}:{line}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} "
                           f"at offset {exc.start}): the file is damaged or not a results file. "
                           "Restore it from version control or re-record it with "
@@ -576,6 +637,14 @@ def load(path: Union[str, Path]) -> RunResults:
         raise SchemaError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}{hint}. "
                           "Restore it from version control or re-record it with "
                           "--baseline record") from exc
+    return data
+
+
+def load(path: Union[str, Path]) -> RunResults:
+    """Read a results/baseline file; errors name the file and, for bad JSON, the line
+    (Note [Loaders never crash])."""
+    path = Path(path)
+    data = read_document(path)
     try:
         return RunResults.from_json(data, source=str(path))
     except NewerSchemaError:

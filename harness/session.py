@@ -345,7 +345,8 @@ def _write_results(state: RunState) -> None:
     settings, run = state.settings, state.run
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
     try:
-        path = results_mod.write(run, settings.results_dir / f"{stamp}-{state.device.type}.json")
+        path = results_mod.write(run, settings.results_dir /
+                                   f"{stamp}-{state.device.type}{results_mod.RESULTS_SUFFIX}")
         state.written.append(f"results: {path}")
         pruned = results_mod.prune(settings.results_dir, settings.keep_results)
         if pruned:

@@ -88,7 +88,7 @@ PROBES: dict[str, Callable[[], Optional[bool]]] = {
 """Probe name -> the experiment (True: the defect or feature is present)."""
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def result(name: str) -> Optional[bool]:
     """The probe's answer in this process (run once)."""
     return PROBES[name]()

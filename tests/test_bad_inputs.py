@@ -260,7 +260,7 @@ def project(pytester):
     result = pytester.runpytest("--baseline", "record", "--baseline-dir", "b")
     assert result.ret == 0, result.stdout.str()
     [pytester.base] = (pytester.path / "b").glob("*/*/*.json")
-    [pytester.run_file] = (pytester.path / "results").glob("*.json")
+    [pytester.run_file] = (pytester.path / "results").glob("*.json.gz")
     return pytester
 
 

@@ -15,6 +15,7 @@ import pytest
 from harness.bench import evaluate, history, stats
 from harness.bench.timing import Timing, bench_rounds, measure, run_values
 from harness.device import Device
+from harness.results import read_document
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -556,7 +557,7 @@ def test_the_host_control_is_timed_around_each_cpu_benchmark(tmp_path):
                            "--baseline", "off", "--results-dir", str(out)],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:]
-    record = json.loads(next(out.glob("*.json")).read_text())["records"][
+    record = read_document(next(out.glob("*.json.gz")))["records"][
         "bench/op/softmax/float32/fwd/256x1024"]
     (run,) = record["info"]["runs"]
     assert run["control_ms"] > 0 and 3 <= run["kept"] <= run["rounds"]

@@ -52,7 +52,7 @@ def demo(pytester, monkeypatch):
 
 
 def _newest_results(path):
-    return sorted((path / "results").glob("*.json"))[-1]
+    return sorted((path / "results").glob("*.json.gz"))[-1]
 
 
 def _baseline(path):

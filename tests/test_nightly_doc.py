@@ -76,8 +76,8 @@ def test_nightly_commands_run_on_cpu(tmp_path):
     assert "VERDICT: GO" in (report_dir / "report.md").read_text()
 
     offline = _commands("python -m harness report")[0]
-    latest = max((tmp_path / "history").glob("*.json"), key=lambda p: p.stat().st_mtime)
-    offline = re.sub(r'"\$latest"|"\$\(ls -t \$HISTORY/\*\.json \| head -n 1\)"', str(latest),
+    latest = max((tmp_path / "history").glob("*.json.gz"), key=lambda p: p.stat().st_mtime)
+    offline = re.sub(r'"\$latest"|"\$\(ls -t \$HISTORY/\*\.json\.gz \| head -n 1\)"', str(latest),
                      offline)
     made = _run(_on_cpu(offline, places))
     assert made.returncode == 0, made.stdout + made.stderr

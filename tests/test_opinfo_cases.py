@@ -1,6 +1,5 @@
 """The OpInfo sweep's logic (harness.ops.opinfo): ids, selection, statuses, budget."""
 
-import json
 import shutil
 from pathlib import Path
 
@@ -10,7 +9,7 @@ import torch
 from harness import faults, regress
 from harness.faults.catalog.opinfo import CUMSUM_UNSUPPORTED, SORT_FALLBACK
 from harness.ops import opinfo
-from harness.results import Record
+from harness.results import Record, read_document
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -196,6 +195,6 @@ def test_slice_runs_and_records_through_the_plugin(pytester):
     result = pytester.runpytest("-p", "no:cacheprovider", "--baseline", "off", "--device",
                                 "cpu", "--op-filter", "^opinfo/(exp|cumsum)/")
     result.assert_outcomes(passed=2, skipped=1)  # the slow sweep: one skipped item
-    data = json.loads(sorted((pytester.path / "results").glob("*.json"))[-1].read_text())
+    data = read_document(sorted((pytester.path / "results").glob("*.json.gz"))[-1])
     ids = [rid for rid in data["records"] if rid.startswith("opinfo/")]
     assert ids and all(rid.split("/")[1] in ("exp", "cumsum") for rid in ids)

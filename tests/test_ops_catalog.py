@@ -12,6 +12,7 @@ from harness.device import Device
 from harness.ops import BY_NAME, CATALOG, OpEntry, Sample, T, filter_regex, run_case
 from harness.ops.spec import DTYPES, numel
 from harness.ops.stats import dropout_judge
+from harness.results import read_document
 
 # Rows whose large sample reaches 1M elements in its output rather than its inputs.
 OUTPUT_LARGE = {"outer", "one_hot", "repeat", "tile", "repeat_interleave", "unfold_im2col",
@@ -182,7 +183,6 @@ def test_dropout_judge_fails_a_wrong_scale():
 # ------------------------------------------------------------------- the suite, end to end
 
 def test_op_filter_runs_and_records_exactly_one_case(tmp_path):
-    import json
     import subprocess
     import sys
     from pathlib import Path
@@ -194,8 +194,8 @@ def test_op_filter_runs_and_records_exactly_one_case(tmp_path):
          "--baseline", "off", "--results-dir", str(tmp_path)],
         cwd=root, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:]
-    (results_file,) = tmp_path.glob("*.json")
-    records = json.loads(results_file.read_text())["records"]
+    (results_file,) = tmp_path.glob("*.json.gz")
+    records = read_document(results_file)["records"]
     ops = {k: v for k, v in records.items() if k.startswith("ops/exp/")}
     assert list(ops) == ["ops/exp/float16/bwd/odd257"]
     record = ops["ops/exp/float16/bwd/odd257"]

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import configparser
 import importlib.util
-import json
 import os
 import shutil
 import subprocess
@@ -21,6 +20,7 @@ import pytest
 
 from harness import layout
 from harness import plugin as harness_plugin
+from harness.results import read_document
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -116,9 +116,9 @@ def _entry_point_runs(env: dict) -> dict:
         files = sorted(str(p.relative_to(base)) for p in base.rglob("*")
                        if p.is_file() and "site" not in p.parts and not p.name.startswith(".")
                        and "__pycache__" not in p.parts)
-        results = {name: json.loads(next((base / f"R{n}").glob("*.json")).read_text())
+        results = {name: read_document(next((base / f"R{n}").glob("*.json.gz")))
                    for n, name in ((1, "space"), (2, "equals"))
-                   if any((base / f"R{n}").glob("*.json"))}
+                   if any((base / f"R{n}").glob("*.json.gz"))}
     return {"runs": runs, "files": files, "results": results}
 
 
@@ -137,8 +137,8 @@ def _harness_run(env: dict) -> dict:
              "-p", "no:cacheprovider", "--device", "cpu", "--baseline", "record",
              "--baseline-dir", str(base / "B"), "--results-dir", str(base / "R")],
             cwd=base / "here", env=_env(env, PYTHONPATH=str(ROOT)), timeout=300)
-        files = sorted(str(p.relative_to(base)) for p in base.rglob("*.json"))
-        results = [json.loads(p.read_text()) for p in (base / "R").glob("*.json")]
+        files = sorted(str(p.relative_to(base)) for p in base.rglob("*.json*"))
+        results = [read_document(p) for p in (base / "R").glob("*.json.gz")]
     return {"proc": proc, "files": files, "results": results}
 
 

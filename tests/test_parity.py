@@ -402,7 +402,7 @@ def _recordings(env: dict):
                               "--model", "harness.models:sinc_mlp",
                               f"--results-dir={folder}", *extra],
                              cwd=ROOT, env=child, timeout=600)
-            files = sorted(folder.glob("*.json")) if folder.is_dir() else []
+            files = results.results_files(folder)
             out[name] = (proc, results.load(files[-1]) if files else None)
     return out
 

@@ -4,6 +4,8 @@ import json
 
 import pytest
 
+from harness.results import read_document
+
 CHECK = """
 import torch
 from harness.results import lower
@@ -36,8 +38,8 @@ def project(pytester):
 
 
 def _results(pytester, folder="results"):
-    path = sorted((pytester.path / folder).glob("*.json"))[-1]
-    return json.loads(path.read_text())
+    path = sorted((pytester.path / folder).glob("*.json.gz"))[-1]
+    return read_document(path)
 
 
 def test_help_lists_every_option_with_defaults(project):

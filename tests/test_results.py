@@ -178,3 +178,51 @@ def test_write_killed_midway_leaves_old_file_intact(tmp_path):
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True)
     assert proc.returncode == -9
     assert json.loads(target.read_text()) == {"old": True}
+
+
+# ------------------------------------------------ Note [Compressed run files]
+
+def _a_run(fingerprint, n=200):
+    run = RunResults(fingerprint=fingerprint, started="2026-12-03T10:00:00Z", seed=3,
+                     outcomes={"suites/x.py::t": "passed"})
+    for i in range(n):
+        run.add(Record(f"ops/exp/float16/fwd/s{i}", metrics={"max_rel_err": i * 1e-4,
+                                                             "cosine": 1.0, "n": i},
+                       rules={"max_rel_err": results.lower(2.0, 1e-6)},
+                       test="suites/ops/test_catalog.py::test_op[exp-float16]",
+                       info={"aten_ops": {"fwd": ["aten.exp"]}}))
+    return run
+
+
+def test_a_run_file_is_gzip_of_the_same_json_and_loads_field_for_field(tmp_path, fingerprint):
+    import gzip
+
+    run = _a_run(fingerprint)
+    packed = results.write(run, tmp_path / f"20261203T100000Z-cpu{results.RESULTS_SUFFIX}")
+    plain = results.write(run, tmp_path / "plain.json")
+    raw = packed.read_bytes()
+    assert raw[:2] == results.GZIP_MAGIC
+    assert gzip.decompress(raw).decode() == plain.read_text() == results.dumps(run)
+    assert len(raw) * 3 < plain.stat().st_size
+    assert results.load(packed).to_json() == results.load(plain).to_json() == run.to_json()
+    assert results.read_document(packed) == json.loads(plain.read_text())
+    assert [p.name for p in results.results_files(tmp_path)] == [packed.name, "plain.json"]
+    assert results.RESULT_NAME.match(packed.name)
+
+
+def test_a_damaged_or_truncated_or_oversized_gzip_is_a_schema_error(tmp_path, fingerprint,
+                                                                    monkeypatch):
+    import gzip
+
+    path = results.write(_a_run(fingerprint), tmp_path / "r.json.gz")
+    raw = path.read_bytes()
+    (tmp_path / "cut.json.gz").write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(SchemaError, match="cut.json.gz: the gzip stream ends early"):
+        results.load(tmp_path / "cut.json.gz")
+    (tmp_path / "bad.json.gz").write_bytes(results.GZIP_MAGIC + b"\x08\x00garbage")
+    with pytest.raises(SchemaError, match="bad.json.gz: (a damaged gzip file|the gzip stream ends early)"):
+        results.load(tmp_path / "bad.json.gz")
+    (tmp_path / "bomb.json.gz").write_bytes(gzip.compress(b" " * (3 << 20)))
+    monkeypatch.setenv(results.MAX_BYTES_ENV, "2")
+    with pytest.raises(SchemaError, match="decompresses to over the 2 MB"):
+        results.load(tmp_path / "bomb.json.gz")

@@ -4,7 +4,6 @@ interrupt] in harness/stopping.py). Real processes: a signal cannot be faked in 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import signal
@@ -18,6 +17,7 @@ from pathlib import Path
 import early
 
 from harness import stopping
+from harness.results import read_document
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -66,7 +66,7 @@ def _sigterm_during_record(env: dict) -> dict:
         assert first.returncode == 0, first.stdout + first.stderr
         [base] = (path / "b").glob("*/*/*.json")
         digest = hashlib.sha256(base.read_bytes()).hexdigest()
-        for old in (path / "results").glob("*.json"):
+        for old in (path / "results").glob("*.json.gz"):
             old.unlink()
         run = _pytest(path, env, "--baseline", "record", "--baseline-dir", "b", slow=True)
         try:
@@ -80,7 +80,7 @@ def _sigterm_during_record(env: dict) -> dict:
         finally:
             if run.poll() is None:
                 os.killpg(run.pid, signal.SIGKILL)
-        saved = [json.loads(p.read_text()) for p in (path / "results").glob("*.json")]
+        saved = [read_document(p) for p in (path / "results").glob("*.json.gz")]
         return {"rc": run.returncode, "out": out, "saved": saved, "digest_before": digest,
                 "digest_after": hashlib.sha256(base.read_bytes()).hexdigest()}
     finally:

@@ -85,7 +85,7 @@ def test_truncated_baseline_is_no_go_and_the_run_still_writes_results(demo):
     result = demo.runpytest("--baseline-dir", "b", "--alerts", "a.json")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     assert _alerts(demo)["verdict"] == "no-go"
-    assert list((demo.path / "results").glob("*.json"))
+    assert list((demo.path / "results").glob("*.json.gz"))
 
 
 def test_a_check_failing_on_both_stacks_is_listed_as_still_failing(demo):
@@ -222,7 +222,7 @@ def test_stale_temp_files_of_a_killed_writer_are_removed(tmp_path):
 def test_results_folder_keeps_the_newest_runs(demo):
     for _ in range(3):
         demo.runpytest("--baseline", "off", "--keep-results", "2")
-    assert len(list((demo.path / "results").glob("*.json"))) == 2
+    assert len(list((demo.path / "results").glob("*.json.gz"))) == 2
 
 
 def test_killed_launchers_dist_folders_are_removed(tmp_path):
@@ -248,7 +248,7 @@ def test_non_utf8_baseline_is_an_error_naming_the_file_and_results_are_written(d
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines([f"*{path}:3: not UTF-8 text (byte 0xff at offset 30)*"])
     assert "INTERNALERROR" not in result.stdout.str()
-    assert list((demo.path / "results").glob("*.json"))
+    assert list((demo.path / "results").glob("*.json.gz"))
 
 
 def test_unwritable_alerts_path_is_refused_before_the_run(demo):

@@ -1,5 +1,6 @@
 import pytest
 
+from harness.results import read_document
 from harness.stack import compare_versions, split_stack_id, stack_sort_key, version_key
 
 ASCENDING = [
@@ -57,7 +58,6 @@ def test_stack_ids_split_and_sort():
 # ------------------------------------------------ Note [Missing features of older stacks]
 
 import importlib.util  # noqa: E402
-import json  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 from types import SimpleNamespace  # noqa: E402
@@ -191,7 +191,7 @@ def test_a_missing_feature_is_an_unsupported_record_never_an_error(pytester, mon
         f"SKIPPED [[]1[]] suites/demo/test_old.py:*: unsupported: {reasons['autocast']}",
         f"SKIPPED [[]1[]] suites/demo/test_old.py:*: unsupported: {reasons['scaler']}",
     ])
-    run = json.loads(sorted((pytester.path / "results").glob("*.json"))[-1].read_text())
+    run = read_document(sorted((pytester.path / "results").glob("*.json.gz"))[-1])
     records = run["records"]
     fp16 = records["demo/test_old/test_fp16_amp"]
     assert fp16["status"] == "unsupported" and fp16["info"]["reason"] == reasons["autocast"]

@@ -31,6 +31,7 @@ from harness.distributed import (
     stored_launches,
 )
 from harness.plugin import _xdist_workers
+from harness.results import read_document
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.distributed
@@ -195,8 +196,8 @@ def test_two_workers_launch_one_world_size_each_one_at_a_time(pytester):
     assert {d["worker"] for d in launches} == {"gw0", "gw1"}
     (first, second) = launches
     assert first["began"] + first["seconds"] <= second["began"], launches
-    [path] = (pytester.path / "results").glob("*.json")
-    records = json.loads(path.read_text())["records"]
+    [path] = (pytester.path / "results").glob("*.json.gz")
+    records = read_document(path)["records"]
     assert {rid: r["info"]["rank_devices"] for rid, r in records.items()} == {
         f"demo/nap/ws{ws}/nap": ["cpu"] * ws for ws in (1, 2)}
 
@@ -218,8 +219,8 @@ def _simnpu_xdist(env: dict) -> dict:
             [sys.executable, *common, "-n", "2", f"--basetemp={tmp}/bt",
              f"--results-dir={tmp}/results", "suites/example",
              "suites/distributed/test_dist_sampler.py"], cwd=ROOT, env=run_env, timeout=600)
-        files = sorted(Path(tmp, "results").glob("*.json"))
-        records = json.loads(files[-1].read_text())["records"] if files else {}
+        files = sorted(Path(tmp, "results").glob("*.json.gz"))
+        records = read_document(files[-1])["records"] if files else {}
         launches = (stored_launches(Path(tmp, "bt", "harness-dist-launches"))
                     if Path(tmp, "bt", "harness-dist-launches").is_dir() else [])
         too_many = early.run([sys.executable, *common, "-n", "3",

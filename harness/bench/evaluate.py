@@ -46,6 +46,7 @@ from harness import stopping
 from harness.bench.runs import CHILD_ENV, read_runs
 from harness.bench.stats import Policy, judge, robust_spread
 from harness.bench.timing import run_controls, run_values
+from harness.results import results_files
 
 PHASES = ("baseline", "aa", "fault")
 PYTEST_BENCHMARK_RULE = "median:10%"
@@ -76,7 +77,7 @@ def one_run(out: Path, *, root: Path, device: str, fault: Optional[str], select:
     if select:
         command += ["-k", select]
     env = {k: v for k, v in os.environ.items() if k not in ("HARNESS_FAULTS", CHILD_ENV)}
-    if not (out.is_dir() and any(out.glob("*.json"))):  # a kept run is reused (resume)
+    if not (out.is_dir() and results_files(out)):  # a kept run is reused (resume)
         subprocess.run(command, cwd=root, env=env, capture_output=True, text=True,
                        timeout=timeout, preexec_fn=stopping.child_preexec())
     values = {}

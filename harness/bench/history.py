@@ -166,14 +166,14 @@ def load_runs(results_dir: Union[str, Path], stack: Optional[str] = None,
     Default: the device and stack kind of the newest results file; ``stack`` restricts
     to one stack id.
     """
-    from harness.results import SchemaError, load
+    from harness.results import SchemaError, load, results_files
     from harness.stack import split_stack_id
     from harness.verdict import honest
 
     runs: list[Run] = []
     skipped: list[str] = []
     left_out: dict[str, int] = {}
-    for path in sorted(Path(results_dir).glob("*.json")):
+    for path in results_files(results_dir):
         try:
             result = load(path)
         except SchemaError as exc:  # one bad file must not hide the others

@@ -17,7 +17,6 @@ is reported and its runs are missing (the verdict says how many runs it had).
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -26,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
+from harness import results as results_mod
 from harness import stopping
 
 CHILD_ENV = "HARNESS_BENCH_CHILD"
@@ -49,10 +49,10 @@ def child_command(nodeids: Sequence[str], results_dir: Path, *, device: str, see
 def read_runs(results_dir: Path) -> dict[str, list[dict]]:
     """record id -> the per-run entries in the results file(s) a child wrote."""
     found: dict[str, list[dict]] = {}
-    for path in sorted(results_dir.glob("*.json")):
+    for path in results_mod.results_files(results_dir):
         try:
-            records = json.loads(path.read_text()).get("records", {})
-        except (OSError, ValueError):
+            records = results_mod.read_document(path).get("records", {})
+        except (results_mod.SchemaError, AttributeError):
             continue
         for record_id, rec in records.items():
             runs = (rec.get("info") or {}).get("runs")

@@ -15,7 +15,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
-import json
 import os
 import signal
 import subprocess
@@ -206,10 +205,12 @@ def _run_once(args: Sequence[str], results_dir: Path, *, root: Path, timeout: fl
 
 def _outcomes(results_dir: Path) -> dict[str, str]:
     outcomes: dict[str, str] = {}
-    for path in sorted(results_dir.glob("*.json")):
+    from harness import results
+
+    for path in results.results_files(results_dir):
         try:
-            outcomes.update(json.loads(path.read_text()).get("outcomes", {}))
-        except (OSError, ValueError):
+            outcomes.update(results.read_document(path).get("outcomes", {}))
+        except (results.SchemaError, AttributeError, TypeError, ValueError):
             continue
     return outcomes
 
@@ -328,7 +329,7 @@ def _load_run(results_dir: Path):
     """The results file a run wrote in ``results_dir`` (None when it wrote none)."""
     from harness import results
 
-    files = sorted(results_dir.glob("*.json"))
+    files = results.results_files(results_dir)
     try:
         return results.load(files[-1]) if files else None
     except results.SchemaError:
