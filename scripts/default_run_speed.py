@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""Where the default run's time goes: a measurement, not a test (docs/benchmarks.md).
+
+Runs, one after the other in fresh processes on this machine (keep it otherwise idle):
+
+1. the default run, ``python -m pytest -m npu`` (what ./run-suite runs on an installed
+   checkout), timed from the command to its exit, with pytest's per-test durations
+   (JUnit XML) summed per suite folder, the collection alone (``--collect-only``), the
+   interpreter's start with torch and the plugin imported, and the peak RSS;
+2. the op catalog (``suites/ops/test_catalog.py``) under cProfile: the share of the
+   self time spent in the harness's own Python (functions in harness/), with the top
+   functions.
+
+Usage: python scripts/default_run_speed.py [--skip-profile] [--json OUT]
+Prints a Markdown table. Takes about 2 to 4 minutes on 2 idle cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import pstats
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly"]
+
+
+def _timed(argv: list[str], env: dict | None = None) -> tuple[float, subprocess.CompletedProcess]:
+    start = time.perf_counter()
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env=env)
+    return time.perf_counter() - start, proc
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # KiB on Linux
+
+
+def default_run(tmp: Path) -> dict:
+    out: dict = {}
+    out["startup_s"], _ = _timed([sys.executable, "-c", "import torch, harness.plugin"])
+    out["collect_s"], proc = _timed([*PYTEST, "-m", "npu", "--co", "-q"])
+    junit = tmp / "junit.xml"
+    out["run_s"], proc = _timed([*PYTEST, "-m", "npu", f"--junitxml={junit}",
+                                 f"--results-dir={tmp / 'results'}"])
+    out["rc"] = proc.returncode
+    out["verdict"] = next((line for line in proc.stdout.splitlines()
+                           if line.startswith("VERDICT")), "")
+    out["summary"] = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+    out["peak_rss_mb"] = _peak_rss_mb()
+    per: collections.Counter = collections.Counter()
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        parts = (case.get("classname") or "").split(".")
+        family = parts[1] if len(parts) > 1 and parts[0] == "suites" else parts[0]
+        per[family] += float(case.get("time") or 0.0)
+    out["tests_s_by_family"] = dict(per.most_common())
+    files = sorted((tmp / "results").glob("*.json*"))
+    if files:
+        out["results_bytes"] = files[-1].stat().st_size
+        from harness import results
+
+        start = time.perf_counter()
+        results.load(files[-1])
+        out["results_load_s"] = time.perf_counter() - start
+        start = time.perf_counter()
+        report = tmp / "report.md"
+        subprocess.run([sys.executable, "-m", "harness", "report", str(files[-1]), "--md",
+                        str(report)], cwd=ROOT, capture_output=True, text=True)
+        out["harness_report_s"] = time.perf_counter() - start
+    return out
+
+
+def profile_catalog(tmp: Path) -> dict:
+    prof = tmp / "catalog.prof"
+    _, proc = _timed([sys.executable, "-m", "cProfile", "-o", str(prof), "-m", "pytest",
+                      "-p", "no:cacheprovider", "-p", "no:randomly", "-q",
+                      "suites/ops/test_catalog.py", "--baseline", "off",
+                      f"--results-dir={tmp / 'prof-results'}"])
+    stats = pstats.Stats(str(prof))
+    harness = str(ROOT / "harness")
+    total = own = 0.0
+    rows = []
+    for (path, line, name), (_, calls, tottime, _, _) in stats.stats.items():
+        total += tottime
+        if os.path.realpath(path).startswith(harness):
+            own += tottime
+            rows.append((tottime, f"{os.path.relpath(path, ROOT)}:{line} {name}", calls))
+    rows.sort(reverse=True)
+    return {"self_s": total, "harness_self_s": own, "harness_share": own / total,
+            "rc": proc.returncode, "top": [{"s": s, "where": w, "calls": c}
+                                           for s, w, c in rows[:8]]}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--skip-profile", action="store_true", help="Only the default run")
+    parser.add_argument("--json", metavar="OUT", help="Also write the figures as JSON")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="default-run-speed-") as tmp:
+        figures = {"cpu": _cpu(), "default_run": default_run(Path(tmp))}
+        if not args.skip_profile:
+            figures["catalog_profile"] = profile_catalog(Path(tmp))
+    run = figures["default_run"]
+    print(f"CPU: {figures['cpu']}\n")
+    print("| what | value |\n| --- | --- |")
+    print(f"| default run, command to exit | {run['run_s']:.1f} s (exit {run['rc']}) |")
+    print(f"| its last line | {run['summary']} |")
+    print(f"| interpreter + torch + plugin import | {run['startup_s']:.1f} s |")
+    print(f"| collection alone (`--co`) | {run['collect_s']:.1f} s |")
+    for family, seconds in run["tests_s_by_family"].items():
+        print(f"| tests in suites/{family} (pytest durations) | {seconds:.1f} s |")
+    print(f"| peak RSS of a child | {run['peak_rss_mb']:.0f} MB |")
+    if "results_bytes" in run:
+        print(f"| results file | {run['results_bytes'] / 2**20:.2f} MB |")
+        print(f"| results.load of it | {run['results_load_s']:.2f} s |")
+        print(f"| `harness report` of it (process) | {run['harness_report_s']:.1f} s |")
+    prof = figures.get("catalog_profile")
+    if prof:
+        print(f"| op catalog self time under cProfile | {prof['self_s']:.1f} s |")
+        print(f"| of it in harness/ | {prof['harness_self_s']:.1f} s "
+              f"({100 * prof['harness_share']:.1f}%) |")
+        for row in prof["top"]:
+            print(f"|   {row['where']} | {row['s']:.2f} s, {row['calls']} calls |")
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=1))
+    return 0
+
+
+def _cpu() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return f"{line.split(':', 1)[1].strip()}, {os.cpu_count()} cores"
+    except OSError:
+        pass
+    return f"{os.cpu_count()} cores"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
