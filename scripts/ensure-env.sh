@@ -21,10 +21,10 @@ if ! "$PY" -c "import torch" >/dev/null 2>&1; then
     "$PY" -m pip install --quiet "torch==${HARNESS_TORCH_VERSION:-2.13.0}" \
         ${HARNESS_TORCH_INDEX:+--index-url "$HARNESS_TORCH_INDEX"}
 fi
-_needs="import harness, filelock, hypothesis, numpy, pytest, pytest_benchmark"
+_needs="import harness, filelock, hypothesis, numpy, pytest, pytest_benchmark, scipy, expecttest"
 _extra=""
 if [ "$_mode" = "test" ]; then
-    _needs="$_needs, expecttest, xdist, pytest_timeout, matplotlib, scipy"
+    _needs="$_needs, xdist, pytest_timeout, matplotlib"
     _extra="[test]"
 fi
 if ! (cd "$_root" && "$PY" -c "$_needs" >/dev/null 2>&1); then
