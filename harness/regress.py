@@ -211,10 +211,28 @@ def write_alerts(path: Union[str, Path], run_verdict, context: dict) -> list[Pat
                         ("improvement", "Improvements")):
         lines += ["", f"## {title} ({len(of[kind])})", ""]
         lines += [f"- `{f.record_id}` {_md(f)}" for f in of[kind]] or ["none"]
+    if run_verdict.detectable:
+        lines += ["", "## Benchmarks: the smallest slow-down each can detect", ""]
+        lines += detectable_md(run_verdict.detectable)
     lines += ["", f"New records: {doc['new']}; lost records: {len(lost)}; not run (not "
                   f"selected): {len(not_run)}", ""]
     atomic_write_text(md_path, "\n".join(lines))
     return [json_path, md_path]
+
+
+def detectable_md(rows: list[dict]) -> list[str]:
+    """The Markdown table of what each benchmark's baseline can detect (Note [Minimum
+    detectable effect] in :mod:`harness.bench.stats`)."""
+    out = ["| benchmark | verdict | MDE | baseline spread | runs | what it can detect |",
+           "|---|---|---:|---:|---|---|"]
+    for row in rows:
+        mde, spread = row.get("mde"), row.get("spread")
+        out.append(f"| `{row['record_id']}` | {row.get('verdict') or ''} | "
+                   f"{'none' if mde is None else f'{mde:.1%}'} | "
+                   f"{'' if spread is None else f'{spread:.1%}'} | "
+                   f"{row.get('compare_runs')} vs {row.get('baseline_runs')} | "
+                   f"{row.get('text', '')} |")
+    return out
 
 
 def _md(f: Finding) -> str:

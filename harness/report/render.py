@@ -167,6 +167,11 @@ def markdown(report: Report, plots_note: str = "") -> str:
         mark = " **(changed)**" if row.differs and report.baseline is not None else ""
         out.append(f"| {row.key}{mark} | {md_cell(fmt(row.old)) if report.baseline else ''} | "
                    f"{md_cell(fmt(row.new))} |")
+    if v.detectable:
+        from harness.regress import detectable_md
+
+        out += ["", "## Benchmarks: the smallest slow-down each can detect", ""]
+        out += detectable_md(v.detectable)
     out += ["", "## Pictures", "", plots_note or "See the HTML report (inline SVG plots).", ""]
     out += _presence_md(report)
     return "\n".join(out) + "\n"
@@ -247,6 +252,7 @@ def html_page(report: Report, plots: list[tuple[str, str]], notes: list[str],
     out += _html_counts(report)
     out += _html_movers(report)
     out += _html_stack(report)
+    out += _html_detectable(report)
     out.append('<section id="plots"><h2>Pictures</h2>')
     out += [f'<p class="note">{escape(n)}</p>' for n in notes]
     for plot_title, svg in plots:
@@ -257,6 +263,25 @@ def html_page(report: Report, plots: list[tuple[str, str]], notes: list[str],
     out += _html_presence(report)
     out.append("</main></body></html>")
     return "\n".join(out) + "\n"
+
+
+def _html_detectable(report: Report) -> list[str]:
+    """What each benchmark's baseline can detect (Note [Minimum detectable effect])."""
+    rows = report.verdict.detectable
+    if not rows:
+        return []
+    out = ['<section id="detectable"><h2>Benchmarks: the smallest slow-down each can '
+           'detect</h2><table><tr><th>benchmark</th><th>verdict</th><th>MDE</th>'
+           '<th>baseline spread</th><th>what it can detect</th></tr>']
+    for row in rows:
+        mde, spread = row.get("mde"), row.get("spread")
+        out.append(f"<tr><td><code>{escape(row['record_id'])}</code></td>"
+                   f"<td>{escape(row.get('verdict') or '')}</td>"
+                   f"<td class=n>{'none' if mde is None else f'{mde:.1%}'}</td>"
+                   f"<td class=n>{'' if spread is None else f'{spread:.1%}'}</td>"
+                   f"<td>{escape(row.get('text', ''))}</td></tr>")
+    out.append("</table></section>")
+    return out
 
 
 def _html_counts(report: Report) -> list[str]:
