@@ -133,6 +133,8 @@ def test_a_benchmark_too_noisy_for_15_percent_says_what_would_fix_it():
     assert "bigger workload" in hopeless
     few = stats.detectable_text(None, 0.01, 2, 3)
     assert "record >= 3 baseline runs" in few
+    short = stats.detectable_text(stats.mde(0.04, 3, 3), 0.04, 3, 3)  # MWU: 3 vs 3 is blind
+    assert "a baseline of 10 runs (record again: --baseline record --bench-runs 7)" in short
 
 
 def test_a_compare_on_a_noisier_host_widens_its_own_interval():
@@ -688,3 +690,47 @@ def test_the_host_control_is_timed_around_each_cpu_benchmark(tmp_path):
     (run,) = record["info"]["runs"]
     assert run["control_ms"] > 0 and 3 <= run["kept"] <= run["rounds"]
     assert record["info"].get("freed_memory_kept", False) is sys.platform.startswith("linux")
+
+
+# ------------------------------------------------- what each benchmark can detect
+
+def test_the_judgement_alerts_and_report_say_what_each_benchmark_can_detect(tmp_path,
+                                                                             fingerprint):
+    from harness import regress, report
+    from harness.report import render
+    from harness.results import Record, RunResults
+    from harness.verdict import judge
+
+    rid = "bench/op/mm/float32/n256"
+    good = {"mde": 0.064, "spread": 0.004, "baseline_runs": 10, "compare_runs": 3,
+            "of": "baseline", "text": stats.detectable_text(0.064, 0.004, 10, 3)}
+    noisy_text = stats.detectable_text(stats.mde(0.045, 10, 3), 0.045, 10, 3)
+    noisy = dict(good, mde=stats.mde(0.045, 10, 3), spread=0.045, text=noisy_text)
+    records = {rid: Record(rid, suite="bench", info={"bench_verdict": "ok", "mde": good}),
+               "bench/op/bmm/x": Record("bench/op/bmm/x", suite="bench",
+                                        info={"bench_verdict": "ok", "mde": noisy})}
+    run = RunResults(fingerprint, records)
+    judged = judge(run, None, not_compared="no baseline")
+    assert [row["record_id"] for row in judged.detectable] == ["bench/op/bmm/x", rid]
+    assert judged.to_json()["detectable"][1]["mde"] == 0.064
+    paths = regress.write_alerts(tmp_path / "alerts.json", judged, {})
+    assert json.loads(paths[0].read_text())["detectable"][1]["text"].startswith("detects >= 6.4%")
+    text = paths[1].read_text()
+    assert "the smallest slow-down each can detect" in text and "| 6.4% |" in text
+    assert "too noisy for 15%" in text and "--bench-runs" in text
+    rep = report.build(run, None, verdict=judged)
+    assert "| 6.4% |" in render.markdown(rep)
+    assert 'id="detectable"' in render.html_page(rep, [], []) and "6.4%" in \
+        render.html_page(rep, [], [])
+
+
+def test_a_bench_record_stores_what_its_baseline_can_detect():
+    from harness.bench.runner import BenchContext
+
+    context = BenchContext(device=None, scale="small")
+    runs = [{"value": 10.0 * (1 + d), "control_ms": 1.0} for d in
+            (0.0, 0.003, -0.003, 0.002, -0.002, 0.001)]
+    info = context.detectable("bench/op/mm/float32/n256", runs, stats.Policy())
+    assert info["of"] == "this run" and info["baseline_runs"] == 6 and info["compare_runs"] == 3
+    assert info["mde"] == pytest.approx(stats.mde(stats.SPREAD_FLOOR, 6, 3))
+    assert info["text"].startswith("detects >= ")

@@ -116,6 +116,7 @@ POWER = 0.90  # Note [Minimum detectable effect]
 TARGET_EFFECT = 0.15  # a benchmark that cannot see this says so
 COMPARE_RUNS = 3  # the advised --bench-runs of a compare: what a baseline's MDE assumes
 MAX_ADVISED_RUNS = 10
+BASELINE_RUNS_KEPT = 10  # harness.baselines.DEFAULT_KEEP_RUNS (not imported: no torch here)
 VERDICTS = ("ok", "suspicious", "unreliable", "improvement", "regression")
 
 
@@ -427,6 +428,11 @@ def detectable_text(found: Optional[float], spread: Optional[float], nb: int, nc
     needed = runs_for(s, nb, TARGET_EFFECT, policy)
     if needed is not None:
         return f"{head}; --bench-runs {needed} would reach it"
+    full = runs_for(s, BASELINE_RUNS_KEPT, TARGET_EFFECT, policy)
+    if nb < BASELINE_RUNS_KEPT and full is not None:
+        return (f"{head}; a baseline of {BASELINE_RUNS_KEPT} runs (record again: --baseline "
+                f"record --bench-runs {BASELINE_RUNS_KEPT - nb}) and --bench-runs {full} "
+                "would reach it")
     return (f"{head}; its runs scatter {s:.1%}: a bigger workload (longer rounds) or a "
             "quieter machine would fix it")
 
