@@ -2,30 +2,33 @@
 
 Note [Measuring the detector]
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-``3 N`` process runs of the benchmark family, interleaved (baseline i, A/A i, fault i,
-so drift of the machine's load hits all three alike): ``N`` baseline runs, ``N`` A/A
-runs (no change) and ``N`` runs with the whole-step slow-down fault
-(``bench.slow_step_<p>``, Note [Proportional slow-downs]). Then, per benchmark:
+``N`` rounds of process runs of the benchmark family; a round runs one process per
+*phase* in turn (so drift of the machine's load hits every phase alike): the baseline,
+A/A (no change), and one phase per ``--effect`` with the whole-step slow-down fault
+(``bench.slow_step_<p>``, Note [Proportional slow-downs]); with ``--load`` the A/A and
+slowed phases again under :func:`background_load` (one process spinning on the
+benchmarks' CPU, only while those runs run). Directory ``<keep-dir>/<phase>/runNNN``
+per run (``baseline``, ``aa``, ``slow8``, ``slow15``, ``aa-load``, ...). Then, per
+benchmark and condition (quiet; loaded):
 
-* this engine: the baseline is the last ``keep`` baseline runs (what a stored baseline
-  holds: the last 10); comparison ``i`` judges ``compare_runs`` consecutive runs
-  ``i, i+1, ...`` (cyclically) as one ``--bench-runs`` compare would, N comparisons for
-  A/A and N for the fault. A false alarm is a ``regression`` verdict on A/A runs; a
-  detection is a ``regression`` on fault runs.
+* this engine: the baseline is the last ``keep`` quiet baseline runs (what a stored
+  baseline holds: the last 10), also for the loaded compares (the nightly case: a
+  baseline recorded on a quiet machine, compares on a busy one); comparison ``i``
+  judges ``compare_runs`` consecutive runs ``i, i+1, ...`` (cyclically) as one
+  ``--bench-runs`` compare would: N comparisons per phase. A false alarm is a
+  ``regression`` on A/A runs; a detection, a ``regression`` on slowed runs.
+* the baseline's MDE with ``compare_runs`` runs (Note [Minimum detectable effect] in
+  :mod:`harness.bench.stats`): what the formula promises, beside what was measured.
 * pytest-benchmark: ``--benchmark-compare-fail=median:10%`` (its own
   :class:`~pytest_benchmark.utils.PercentageRegressionCheck`) on run ``i`` against
   baseline run ``i``, one saved run against one new run as it is used, on the same
   samples (each run's median of its rounds).
 
-``jobs=3`` runs the three phases of a round side by side (they share the machine's
-conditions; on a contended host this triples throughput, and the CPU clock the CPU's
-benchmarks judge is not inflated by the sharing); ``jobs=1`` runs them one after another.
-Runs already kept in ``keep_dir`` are reused, so an interrupted measurement resumes.
-
-The ratio column is the measured slow-down (median fault run / median baseline run).
-A ``ratio`` benchmark (the checkpointing time ratio: checkpointed step / plain step) is
-judged for false alarms only: a whole-step slow-down slows numerator and denominator
-alike, so its ratio is unchanged by design and "detected" does not apply (``n/a``).
+Runs already kept in ``keep_dir`` are reused, so an interrupted measurement resumes and a
+finished one is re-judged in seconds. The ratio in a detection cell is the measured
+slow-down (median slowed run / median baseline run). A ``ratio`` benchmark (the
+checkpointing time ratio) is judged for false alarms only: a whole-step slow-down slows
+numerator and denominator alike ("n/a").
 """
 
 from __future__ import annotations
@@ -50,11 +53,13 @@ from harness.bench.stats import (
     baseline_mde,
     detectable_text,
     judge,
+    runs_for,
 )
 from harness.bench.timing import run_controls, run_values
 
 PYTEST_BENCHMARK_RULE = "median:10%"
 EFFECTS = (0.08, 0.15)
+RUNS_FOR_LIMIT = 50
 
 
 def fault_for(slowdown: float) -> str:
@@ -118,6 +123,7 @@ class Row:
     detectable_text: str
     cells: dict[str, Cell]      # "quiet" | "loaded"
     detectable: bool = True     # False: a ratio, which a whole-step slow-down leaves unchanged
+    runs_for: dict = dataclasses.field(default_factory=dict)  # effect -> compare runs (None: > 50)
 
     def unreliable(self, condition: str) -> bool:
         cell = self.cells[condition]
@@ -126,6 +132,7 @@ class Row:
 
     def to_json(self) -> dict:
         out = dataclasses.asdict(self)
+        out["runs_for"] = {str(e): n for e, n in self.runs_for.items()}
         out["cells"] = {k: {**dataclasses.asdict(c), "detected": {str(e): n for e, n in
                                                                    c.detected.items()},
                             "pb_detected": {str(e): n for e, n in c.pb_detected.items()},
@@ -189,7 +196,9 @@ def judge_all(values: dict[str, dict[str, list[float]]], *, keep: int, compare_r
         if cells:
             rows.append(Row(record_id, spread, found,
                             detectable_text(found, spread, nb, compare_runs, policy), cells,
-                            detectable=record_id not in ratios))
+                            detectable=record_id not in ratios,
+                            runs_for={e: runs_for(spread, nb, e, policy, limit=RUNS_FOR_LIMIT)
+                                      for e in effects}))
     return rows
 
 
@@ -198,6 +207,7 @@ def table(rows: Sequence[Row], *, effects: Sequence[float], compare_runs: int,
     """The Markdown table of Note [Measuring the detector] (docs/benchmarks.md keeps one)."""
     pcts = [f"{e:.0%}" for e in effects]
     head = ["benchmark", "condition", "baseline spread", f"MDE ({compare_runs} runs)",
+            *(f"runs for {p}" for p in pcts),
             "engine A/A false alarms", *(f"engine {p} detected" for p in pcts), "unreliable",
             "pytest-benchmark A/A", *(f"pytest-benchmark {p}" for p in pcts)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -213,9 +223,11 @@ def table(rows: Sequence[Row], *, effects: Sequence[float], compare_runs: int,
             mde_text = "none" if r.mde is None else f"{r.mde:.1%}"
             if r.mde is None or r.mde > TARGET_EFFECT:
                 mde_text += " (too noisy for 15%)"
+            needed = ["-" if r.runs_for.get(e) is None else str(r.runs_for[e]) for e in effects]
             lines.append(
                 f"| `{r.benchmark}` | {condition} | "
                 f"{'-' if r.spread is None else f'{r.spread:.1%}'} | {mde_text} | "
+                + " | ".join(needed) + " | "
                 f"{c.aa}/{n} ({c.aa_suspicious} suspicious) | " + " | ".join(slowed) +
                 f" | {'yes' if bad else f'{c.unreliable}/{judged}'} | {c.pb_aa}/{n} | "
                 + " | ".join(pb) + " |")
@@ -242,7 +254,9 @@ def table(rows: Sequence[Row], *, effects: Sequence[float], compare_runs: int,
     lines.append(f"Engine: {compare_runs} runs per compare against the last {keep} baseline "
                  f"runs (the quiet baseline, also for the loaded compares); pytest-benchmark: "
                  f"one run against one run, {PYTEST_BENCHMARK_RULE}. MDE: Note [Minimum "
-                 f"detectable effect]. Totals over the reliable benchmarks: "
+                 f"detectable effect]; runs for p: the fewest compare runs whose MDE is "
+                 f"within p at this baseline ('-': more than {RUNS_FOR_LIMIT}, or never: the "
+                 f"margin). Totals over the reliable benchmarks: "
                  + "; ".join(parts) + ".")
     return "\n".join(lines)
 
