@@ -220,18 +220,26 @@ def write_alerts(path: Union[str, Path], run_verdict, context: dict) -> list[Pat
     return [json_path, md_path]
 
 
+DETECTABLE_COLUMNS = ("benchmark", "verdict", "MDE", "baseline spread", "runs",
+                      "what it can detect")
+
+
+def detectable_cells(row: dict) -> list[str]:
+    """One benchmark's row of :data:`DETECTABLE_COLUMNS` (Note [Minimum detectable effect]
+    in :mod:`harness.bench.stats`), as text."""
+    mde, spread = row.get("mde"), row.get("spread")
+    return [str(row.get("record_id")), str(row.get("verdict") or ""),
+            "none" if mde is None else f"{mde:.1%}",
+            "" if spread is None else f"{spread:.1%}",
+            f"{row.get('compare_runs')} vs {row.get('baseline_runs')}", str(row.get("text", ""))]
+
+
 def detectable_md(rows: list[dict]) -> list[str]:
-    """The Markdown table of what each benchmark's baseline can detect (Note [Minimum
-    detectable effect] in :mod:`harness.bench.stats`)."""
-    out = ["| benchmark | verdict | MDE | baseline spread | runs | what it can detect |",
-           "|---|---|---:|---:|---|---|"]
+    """The Markdown table of what each benchmark's baseline can detect."""
+    out = ["| " + " | ".join(DETECTABLE_COLUMNS) + " |", "|---|---|---:|---:|---|---|"]
     for row in rows:
-        mde, spread = row.get("mde"), row.get("spread")
-        out.append(f"| `{row['record_id']}` | {row.get('verdict') or ''} | "
-                   f"{'none' if mde is None else f'{mde:.1%}'} | "
-                   f"{'' if spread is None else f'{spread:.1%}'} | "
-                   f"{row.get('compare_runs')} vs {row.get('baseline_runs')} | "
-                   f"{row.get('text', '')} |")
+        cells = detectable_cells(row)
+        out.append(f"| `{cells[0]}` | " + " | ".join(cells[1:]) + " |")
     return out
 
 

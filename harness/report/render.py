@@ -267,19 +267,17 @@ def html_page(report: Report, plots: list[tuple[str, str]], notes: list[str],
 
 def _html_detectable(report: Report) -> list[str]:
     """What each benchmark's baseline can detect (Note [Minimum detectable effect])."""
-    rows = report.verdict.detectable
-    if not rows:
+    from harness.regress import DETECTABLE_COLUMNS, detectable_cells
+
+    if not report.verdict.detectable:
         return []
     out = ['<section id="detectable"><h2>Benchmarks: the smallest slow-down each can '
-           'detect</h2><table><tr><th>benchmark</th><th>verdict</th><th>MDE</th>'
-           '<th>baseline spread</th><th>what it can detect</th></tr>']
-    for row in rows:
-        mde, spread = row.get("mde"), row.get("spread")
-        out.append(f"<tr><td><code>{escape(row['record_id'])}</code></td>"
-                   f"<td>{escape(row.get('verdict') or '')}</td>"
-                   f"<td class=n>{'none' if mde is None else f'{mde:.1%}'}</td>"
-                   f"<td class=n>{'' if spread is None else f'{spread:.1%}'}</td>"
-                   f"<td>{escape(row.get('text', ''))}</td></tr>")
+           "detect</h2><table><tr>" + "".join(f"<th>{escape(c)}</th>" for c in
+                                              DETECTABLE_COLUMNS) + "</tr>"]
+    for row in report.verdict.detectable:
+        cells = detectable_cells(row)
+        out.append(f"<tr><td><code>{escape(cells[0])}</code></td>"
+                   + "".join(f"<td>{escape(c)}</td>" for c in cells[1:]) + "</tr>")
     out.append("</table></section>")
     return out
 
