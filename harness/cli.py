@@ -367,11 +367,12 @@ def _effect(text: str) -> float:
 
     try:
         value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--effect {text!r}: not a number (e.g. 0.08)") from None
+    try:
         evaluate.fault_for(value)
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc).replace("--slowdown", "--effect")
-                                         if "bench faults" in str(exc) else
-                                         f"--effect {text!r}: not a number") from None
+        raise argparse.ArgumentTypeError(str(exc)) from None
     return value
 
 
