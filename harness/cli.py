@@ -356,26 +356,44 @@ def _add_history(sub) -> None:
 def _cmd_bench_eval(args: argparse.Namespace) -> int:
     from harness.bench import evaluate
 
-    try:
-        evaluate.fault_for(args.slowdown)
-    except ValueError as exc:
-        raise SystemExit(f"error: {exc}") from None
-    return evaluate.main(runs=args.runs, slowdown=args.slowdown, as_json=args.json, root=ROOT,
-                         device=args.device, select=args.select, scale=args.training_scale,
+    return evaluate.main(runs=args.runs, effects=tuple(args.effect or evaluate.EFFECTS),
+                         load=args.load, as_json=args.json, root=ROOT, device=args.device,
+                         select=args.select, scale=args.training_scale,
                          compare_runs=args.compare_runs,
-                         keep_dir=Path(args.keep_dir) if args.keep_dir else None,
-                         jobs=args.jobs)
+                         keep_dir=Path(args.keep_dir) if args.keep_dir else None)
+
+
+def _effect(text: str) -> float:
+    from harness.bench import evaluate
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--effect {text!r}: not a number (e.g. 0.08)") from None
+    try:
+        evaluate.fault_for(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
 
 
 def _add_bench_eval(sub) -> None:
+    from harness.bench.stats import COMPARE_RUNS
+
     ev = sub.add_parser("bench-eval", help="Measure the benchmark detector: N baseline, N A/A "
-                        "and N slowed-down process runs, this engine beside pytest-benchmark")
+                        "and N slowed-down process runs per effect (quiet, and with --load "
+                        "under a one-core load), this engine beside pytest-benchmark")
     ev.add_argument("--runs", type=int, required=True, metavar="N",
-                    help="Process runs per phase (baseline, A/A, fault)")
-    ev.add_argument("--slowdown", type=float, default=0.15, metavar="FRACTION",
-                    help="Slow-down of the fault runs (0.10, 0.15 or 0.30). Default: 0.15")
-    ev.add_argument("--compare-runs", type=int, default=2, metavar="K",
-                    help="Process runs per compare (as --bench-runs K). Default: 2")
+                    help="Process runs per phase (baseline, A/A, each effect)")
+    ev.add_argument("--effect", type=_effect, action="append", metavar="FRACTION",
+                    help="Slow-down of the fault runs (0.08, 0.10, 0.15 or 0.30); repeat "
+                         "for several. Default: 0.08 and 0.15")
+    ev.add_argument("--load", action="store_true",
+                    help="Also run the A/A and slowed compares under a background load "
+                         "spinning on the benchmarks' CPU (only while they run), judged "
+                         "against the quiet baseline")
+    ev.add_argument("--compare-runs", type=int, default=COMPARE_RUNS, metavar="K",
+                    help="Process runs per compare (as --bench-runs K). Default: %(default)s")
     ev.add_argument("--select", default=None, metavar="EXPR",
                     help="Only benchmarks matching this -k expression. Default: all")
     ev.add_argument("--device", default="cpu", choices=kinds.choices(), metavar="TYPE",
@@ -383,10 +401,8 @@ def _add_bench_eval(sub) -> None:
     ev.add_argument("--training-scale", default="small", choices=("small", "full"),
                     metavar="SCALE", help="Training scale. Default: small")
     ev.add_argument("--keep-dir", default=None, metavar="PATH",
-                    help="Keep every run's results here. Default: a temporary folder")
-    ev.add_argument("--jobs", type=int, default=1, choices=(1, 2, 3), metavar="N",
-                    help="Phases of a round run side by side (3: baseline, A/A and fault "
-                         "together). Default: 1")
+                    help="Keep every run's results here (run again: re-judges them). "
+                         "Default: a temporary folder")
     ev.add_argument("--json", action="store_true", help="Machine-readable output")
     ev.set_defaults(func=_cmd_bench_eval)
 

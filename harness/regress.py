@@ -211,10 +211,36 @@ def write_alerts(path: Union[str, Path], run_verdict, context: dict) -> list[Pat
                         ("improvement", "Improvements")):
         lines += ["", f"## {title} ({len(of[kind])})", ""]
         lines += [f"- `{f.record_id}` {_md(f)}" for f in of[kind]] or ["none"]
+    if run_verdict.detectable:
+        lines += ["", "## Benchmarks: the smallest slow-down each can detect", ""]
+        lines += detectable_md(run_verdict.detectable)
     lines += ["", f"New records: {doc['new']}; lost records: {len(lost)}; not run (not "
                   f"selected): {len(not_run)}", ""]
     atomic_write_text(md_path, "\n".join(lines))
     return [json_path, md_path]
+
+
+DETECTABLE_COLUMNS = ("benchmark", "verdict", "MDE", "baseline spread", "runs",
+                      "what it can detect")
+
+
+def detectable_cells(row: dict) -> list[str]:
+    """One benchmark's row of :data:`DETECTABLE_COLUMNS` (Note [Minimum detectable effect]
+    in :mod:`harness.bench.stats`), as text."""
+    mde, spread = row.get("mde"), row.get("spread")
+    return [str(row.get("record_id")), str(row.get("verdict") or ""),
+            "none" if mde is None else f"{mde:.1%}",
+            "" if spread is None else f"{spread:.1%}",
+            f"{row.get('compare_runs')} vs {row.get('baseline_runs')}", str(row.get("text", ""))]
+
+
+def detectable_md(rows: list[dict]) -> list[str]:
+    """The Markdown table of what each benchmark's baseline can detect."""
+    out = ["| " + " | ".join(DETECTABLE_COLUMNS) + " |", "|---|---|---:|---:|---|---|"]
+    for row in rows:
+        cells = detectable_cells(row)
+        out.append(f"| `{cells[0]}` | " + " | ".join(cells[1:]) + " |")
+    return out
 
 
 def _md(f: Finding) -> str:

@@ -88,6 +88,8 @@ class RunVerdict:
         known_failures: record ids of listed known failures (not counted as failing).
         notes: how the compared runs differ (seed, selection, device type, faults).
         nothing_checked: the run measured nothing (Note [Nothing checked]).
+        detectable: per benchmark record, what its baseline can detect (Note [Minimum
+            detectable effect] in :mod:`harness.bench.stats`), as the record stored it.
     """
 
     level: str
@@ -103,6 +105,7 @@ class RunVerdict:
     known_failures: list[str] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
     nothing_checked: bool = False
+    detectable: list[dict] = dataclasses.field(default_factory=list)
 
     @property
     def headline(self) -> str:
@@ -128,7 +131,7 @@ class RunVerdict:
                 "compared": self.compared, "not_compared": self.not_compared or None,
                 "counts": self.counts, "errors": self.errors, "lost": self.lost,
                 "known_failures": self.known_failures, "notes": self.notes,
-                "nothing_checked": self.nothing_checked}
+                "nothing_checked": self.nothing_checked, "detectable": self.detectable}
 
 
 # ----------------------------------------------------------------------- per check
@@ -290,7 +293,13 @@ def judge(run: RunResults, baseline: Optional[RunResults] = None, *, baseline_na
               "failed_tests": len(failed_tests), "known_failures": len(known), **kinds}
     return RunVerdict(level, reasons, failing or failed_tests, still, baseline is not None,
                       "" if baseline is not None else (not_compared or "no baseline"), counts,
-                      errors, findings, lost, known, notes, nothing)
+                      errors, findings, lost, known, notes, nothing, _detectable(run))
+
+
+def _detectable(run: RunResults) -> list[dict]:
+    """What each benchmark's baseline can detect, as its record stored it (``info["mde"]``)."""
+    return [{"record_id": rid, "verdict": rec.info.get("bench_verdict"), **rec.info["mde"]}
+            for rid, rec in sorted(run.records.items()) if isinstance(rec.info.get("mde"), dict)]
 
 
 def _lost_line(finding: Finding, run: RunResults) -> str:

@@ -85,6 +85,82 @@ def test_run_values_skips_malformed_entries():
     assert run_values([{"value": 1.0}, {"value": -1}, {"x": 2}, "junk", {"value": 2}]) == [1.0, 2]
 
 
+def test_a_and_a_never_alerts_with_three_runs_at_any_noise_level():
+    rng = random.Random(10)
+    for jitter in (0.003, 0.01, 0.03):
+        verdicts = [stats.judge(_runs(10.0, jitter, 10, rng), _runs(10.0, jitter, 3, rng))
+                    for _ in range(50)]
+        assert sum(v.alerts for v in verdicts) == 0, jitter
+
+
+def test_an_8_percent_slowdown_is_detected_with_three_runs_at_half_a_percent_noise():
+    rng = random.Random(11)
+    verdicts = [stats.judge(_runs(10.0, 0.005, 10, rng), _runs(10.8, 0.005, 3, rng))
+                for _ in range(60)]
+    assert sum(v.alerts for v in verdicts) >= 58
+    assert all(v.mde is not None and v.mde < 0.08 for v in verdicts)
+
+
+def test_a_drift_within_the_margin_does_not_alert_however_quiet_the_runs():
+    """Drift between sessions is the margin, not noise: 3% slower, 0.3% noise."""
+    rng = random.Random(12)
+    verdicts = [stats.judge(_runs(10.0, 0.003, 10, rng), _runs(10.3, 0.003, 6, rng))
+                for _ in range(60)]
+    assert sum(v.alerts for v in verdicts) == 0
+
+
+def test_the_mde_is_the_slowdown_found_nine_times_in_ten():
+    rng = random.Random(13)
+    found = stats.mde(0.01, 10, 3)
+    assert 0.07 < found < 0.09
+    hits = sum(stats.judge(_runs(10.0, 0.01, 10, rng), _runs(10.0 * (1 + found), 0.01, 3, rng)
+                           ).alerts for _ in range(200))
+    assert 0.78 * 200 <= hits <= 0.97 * 200  # POWER = 0.9, up to the spread's estimate
+
+
+def test_the_mde_grows_with_noise_and_shrinks_with_runs():
+    assert stats.mde(0.005, 10, 3) < stats.mde(0.01, 10, 3) < stats.mde(0.02, 10, 3)
+    assert stats.mde(0.02, 10, 6) < stats.mde(0.02, 10, 3) < stats.mde(0.02, 10, 2)
+    assert stats.mde(0.0001, 10, 3) == stats.mde(stats.SPREAD_FLOOR, 10, 3)  # the floor
+    assert stats.mde(0.01, 10, 1) is None  # one run is at most suspicious
+    assert stats.mde(0.01, 3, 3) is None  # Mann-Whitney cannot reach p < 0.05 at 3 vs 3
+
+
+def test_a_benchmark_too_noisy_for_15_percent_says_what_would_fix_it():
+    text = stats.detectable_text(stats.mde(0.045, 10, 3), 0.045, 10, 3)
+    assert "too noisy for 15%" in text and "--bench-runs" in text
+    assert stats.runs_for(0.045, 10, 0.15) == int(text.split("--bench-runs ")[1].split()[0])
+    hopeless = stats.detectable_text(stats.mde(0.2, 10, 3), 0.2, 10, 3)
+    assert "bigger workload" in hopeless
+    few = stats.detectable_text(None, 0.01, 2, 3)
+    assert "record >= 3 baseline runs" in few
+    short = stats.detectable_text(stats.mde(0.04, 3, 3), 0.04, 3, 3)  # MWU: 3 vs 3 is blind
+    assert "a baseline of 10 runs (record again: --baseline record --bench-runs 7)" in short
+
+
+def test_a_compare_on_a_noisier_host_widens_its_own_interval():
+    base = [10.0 * (1 + d) for d in (-0.004, 0.0, 0.004, -0.002, 0.002, 0.001, -0.001, 0.0)]
+    calm = stats.judge(base, [10.9, 10.91, 10.89])
+    noisy = stats.judge(base, [10.9, 12.0, 10.0])  # the same median, runs 10% apart
+    assert calm.alerts and not noisy.alerts
+    assert noisy.ci[1] - noisy.ci[0] > 5 * (calm.ci[1] - calm.ci[0])
+
+
+def test_every_verdict_summary_says_what_the_benchmark_can_detect():
+    base = [10.0, 10.1, 9.9, 10.05, 9.95, 10.0]
+    assert "detects >= " in stats.judge(base, [10.0, 10.02, 9.98]).summary()
+    assert "detects nothing" in stats.judge(base, [10.0]).summary()
+
+
+def test_a_baseline_states_its_mde_host_adjusted():
+    rng = random.Random(14)
+    controls = [1 + rng.uniform(-0.1, 0.1) for _ in range(10)]
+    values = [10.0 * c * (1 + rng.gauss(0, 0.003)) for c in controls]  # follows the host
+    found, spread, nb = stats.baseline_mde(values, controls)
+    raw, raw_spread, _ = stats.baseline_mde(values)
+    assert nb == 10 and spread < 0.01 < raw_spread and found < raw
+
+
 # ---------------------------------------------------------------------- history
 
 def test_history_finds_the_change_at_the_first_slow_run():
@@ -140,33 +216,86 @@ def test_history_command_names_the_first_run_after_the_change(tmp_path, capsys):
 
 # ------------------------------------------------------------- bench-eval tables
 
-def test_bench_eval_judges_both_engines_on_the_same_runs():
-    rng = random.Random(6)
-    values = {"baseline": {"b": _runs(10, 0.01, 12, rng)}, "aa": {"b": _runs(10, 0.01, 12, rng)},
-              "fault": {"b": _runs(11.5, 0.01, 12, rng)}}
-    (row,) = evaluate.judge_all(values, keep=10, compare_runs=2, slowdown=0.15)
-    assert row.engine_aa == 0 and row.engine_fault == 12 and row.pb_fault == 12
-    assert not row.unreliable and row.ratio == pytest.approx(1.15, rel=0.03)
-    assert row.runs_measured == 2  # the target met with 2 runs per compare
-    text = evaluate.table([row], n=12, slowdown=0.15, compare_runs=2)
-    assert "| `b` |" in text and "runs needed (measured)" in text
+def _phases(rng, n=12, jitter=0.005, load_jitter=0.01, effects=(0.08, 0.15)):
+    """Synthetic bench-eval runs of one benchmark: quiet and loaded phases."""
+    values = {"baseline": {"b": _runs(10, jitter, n, rng)}}
+    for suffix, j in (("", jitter), ("-load", load_jitter)):
+        values["aa" + suffix] = {"b": _runs(10, j, n, rng)}
+        for e in effects:
+            values[f"slow{round(e * 100)}{suffix}"] = {"b": _runs(10 * (1 + e), j, n, rng)}
+    return values
 
 
-def test_bench_eval_measures_how_many_runs_a_benchmark_needs():
-    """A 20% slow-down that one run in four does not show (a fast host mode) is found
-    with more runs per compare; the measured count is the fewest that meets the target."""
-    rng = random.Random(7)
-    fault = [v * (1.0 if i % 4 == 3 else 1.2) for i, v in enumerate(_runs(10, 0.01, 20, rng))]
-    values = {"baseline": {"b": _runs(10, 0.01, 20, rng)}, "aa": {"b": _runs(10, 0.01, 20, rng)},
-              "fault": {"b": fault}}
-    (row,) = evaluate.judge_all(values, keep=10, compare_runs=2, slowdown=0.15)
-    assert row.engine_fault < 19 and row.runs_measured == 4
+def test_bench_eval_judges_both_engines_quiet_and_loaded_on_the_same_runs():
+    values = _phases(random.Random(6))
+    (row,) = evaluate.judge_all(values, keep=10, compare_runs=3, effects=(0.08, 0.15))
+    assert set(row.cells) == {"quiet", "loaded"}
+    quiet = row.cells["quiet"]
+    assert quiet.aa == 0 and quiet.detected == {0.08: 12, 0.15: 12}
+    assert quiet.pb_detected[0.15] == 12 and quiet.ratio[0.08] == pytest.approx(1.08, rel=0.02)
+    assert row.mde is not None and row.mde < 0.08 and "detects >=" in row.detectable_text
+    text = evaluate.table([row], effects=(0.08, 0.15), compare_runs=3)
+    assert "| `b` | quiet |" in text and "| `b` | loaded |" in text
+    assert "MDE (3 runs)" in text and "engine 8% detected" in text
+
+
+def test_bench_eval_leaves_out_conditions_it_did_not_measure():
+    values = {k: v for k, v in _phases(random.Random(7)).items() if not k.endswith("-load")}
+    (row,) = evaluate.judge_all(values, keep=10, compare_runs=3, effects=(0.08, 0.15))
+    assert set(row.cells) == {"quiet"}
+
+
+def test_bench_eval_phases_are_the_quiet_baseline_then_each_effect_quiet_and_loaded():
+    names = [p.name for p in evaluate.phases_of((0.08, 0.15), load=True)]
+    assert names == ["baseline", "aa", "slow8", "slow15", "aa-load", "slow8-load",
+                     "slow15-load"]
+    assert [p.name for p in evaluate.phases_of((0.08,), load=False)] == ["baseline", "aa",
+                                                                          "slow8"]
+    assert evaluate.Phase(0.08).fault == "bench.slow_step_8" and evaluate.Phase().fault is None
 
 
 def test_bench_eval_knows_its_faults():
     assert evaluate.fault_for(0.15) == "bench.slow_step_15"
-    with pytest.raises(ValueError, match="0.10, 0.15, 0.30"):
+    assert evaluate.fault_for(0.08) == "bench.slow_step_8"
+    with pytest.raises(ValueError, match="0.08, 0.10, 0.15, 0.30"):
         evaluate.fault_for(0.2)
+
+
+def test_the_background_load_is_stopped_on_errors_and_interrupts():
+    import os
+
+    for exc in (RuntimeError, KeyboardInterrupt):
+        with pytest.raises(exc):
+            with evaluate.background_load(60, cpu=-1) as pid:
+                os.kill(pid, 0)  # running
+                raise exc("stop")
+        with pytest.raises(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)  # reaped: gone, not a zombie
+
+
+def test_the_background_load_ends_by_itself_after_its_bound():
+    with evaluate.background_load(0.05, cpu=-1) as pid:
+        time.sleep(1.0)  # the child has stopped by itself; leaving waits for it
+    assert pid > 0
+
+
+def test_bench_eval_cli_takes_effects_load_and_compare_runs(monkeypatch):
+    from harness import cli
+
+    seen = {}
+    monkeypatch.setattr(evaluate, "main", lambda **kw: seen.update(kw) or 0)
+    assert cli.main(["bench-eval", "--runs", "4", "--effect", "0.08", "--load"]) == 0
+    assert seen["effects"] == (0.08,) and seen["load"] is True and seen["compare_runs"] == 3
+    assert cli.main(["bench-eval", "--runs", "4"]) == 0
+    assert seen["effects"] == evaluate.EFFECTS == (0.08, 0.15) and seen["load"] is False
+
+
+def test_bench_eval_cli_rejects_an_effect_without_a_fault(capsys):
+    from harness import cli
+
+    with pytest.raises(SystemExit):
+        cli.main(["bench-eval", "--runs", "4", "--effect", "0.2"])
+    assert "0.08, 0.10, 0.15, 0.30" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------- faults
@@ -562,3 +691,47 @@ def test_the_host_control_is_timed_around_each_cpu_benchmark(tmp_path):
     (run,) = record["info"]["runs"]
     assert run["control_ms"] > 0 and 3 <= run["kept"] <= run["rounds"]
     assert record["info"].get("freed_memory_kept", False) is sys.platform.startswith("linux")
+
+
+# ------------------------------------------------- what each benchmark can detect
+
+def test_the_judgement_alerts_and_report_say_what_each_benchmark_can_detect(tmp_path,
+                                                                             fingerprint):
+    from harness import regress, report
+    from harness.report import render
+    from harness.results import Record, RunResults
+    from harness.verdict import judge
+
+    rid = "bench/op/mm/float32/n256"
+    good = {"mde": 0.064, "spread": 0.004, "baseline_runs": 10, "compare_runs": 3,
+            "of": "baseline", "text": stats.detectable_text(0.064, 0.004, 10, 3)}
+    noisy_text = stats.detectable_text(stats.mde(0.045, 10, 3), 0.045, 10, 3)
+    noisy = dict(good, mde=stats.mde(0.045, 10, 3), spread=0.045, text=noisy_text)
+    records = {rid: Record(rid, suite="bench", info={"bench_verdict": "ok", "mde": good}),
+               "bench/op/bmm/x": Record("bench/op/bmm/x", suite="bench",
+                                        info={"bench_verdict": "ok", "mde": noisy})}
+    run = RunResults(fingerprint, records)
+    judged = judge(run, None, not_compared="no baseline")
+    assert [row["record_id"] for row in judged.detectable] == ["bench/op/bmm/x", rid]
+    assert judged.to_json()["detectable"][1]["mde"] == 0.064
+    paths = regress.write_alerts(tmp_path / "alerts.json", judged, {})
+    assert json.loads(paths[0].read_text())["detectable"][1]["text"].startswith("detects >= 6.4%")
+    text = paths[1].read_text()
+    assert "the smallest slow-down each can detect" in text and "| 6.4% |" in text
+    assert "too noisy for 15%" in text and "--bench-runs" in text
+    rep = report.build(run, None, verdict=judged)
+    assert "| 6.4% |" in render.markdown(rep)
+    assert 'id="detectable"' in render.html_page(rep, [], []) and "6.4%" in \
+        render.html_page(rep, [], [])
+
+
+def test_a_bench_record_stores_what_its_baseline_can_detect():
+    from harness.bench.runner import BenchContext
+
+    context = BenchContext(device=None, scale="small")
+    runs = [{"value": 10.0 * (1 + d), "control_ms": 1.0} for d in
+            (0.0, 0.003, -0.003, 0.002, -0.002, 0.001)]
+    info = context.detectable("bench/op/mm/float32/n256", runs, stats.Policy())
+    assert info["of"] == "this run" and info["baseline_runs"] == 6 and info["compare_runs"] == 3
+    assert info["mde"] == pytest.approx(stats.mde(stats.SPREAD_FLOOR, 6, 3))
+    assert info["text"].startswith("detects >= ")

@@ -2,54 +2,65 @@
 
 Note [Measuring the detector]
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-``3 N`` process runs of the benchmark family, interleaved (baseline i, A/A i, fault i,
-so drift of the machine's load hits all three alike): ``N`` baseline runs, ``N`` A/A
-runs (no change) and ``N`` runs with the whole-step slow-down fault
-(``bench.slow_step_<p>``, Note [Proportional slow-downs]). Then, per benchmark:
+``N`` rounds of process runs of the benchmark family; a round runs one process per
+*phase* in turn (so drift of the machine's load hits every phase alike): the baseline,
+A/A (no change), and one phase per ``--effect`` with the whole-step slow-down fault
+(``bench.slow_step_<p>``, Note [Proportional slow-downs]); with ``--load`` the A/A and
+slowed phases again under :func:`background_load` (one process spinning on the
+benchmarks' CPU, only while those runs run). Directory ``<keep-dir>/<phase>/runNNN``
+per run (``baseline``, ``aa``, ``slow8``, ``slow15``, ``aa-load``, ...). Then, per
+benchmark and condition (quiet; loaded):
 
-* this engine: the baseline is the last ``keep`` baseline runs (what a stored baseline
-  holds: the last 10); comparison ``i`` judges ``compare_runs`` consecutive runs
-  ``i, i+1, ...`` (cyclically) as one ``--bench-runs`` compare would, N comparisons for
-  A/A and N for the fault. A false alarm is a ``regression`` verdict on A/A runs; a
-  detection is a ``regression`` on fault runs.
+* this engine: the baseline is the last ``keep`` quiet baseline runs (what a stored
+  baseline holds: the last 10), also for the loaded compares (the nightly case: a
+  baseline recorded on a quiet machine, compares on a busy one); comparison ``i``
+  judges ``compare_runs`` consecutive runs ``i, i+1, ...`` (cyclically) as one
+  ``--bench-runs`` compare would: N comparisons per phase. A false alarm is a
+  ``regression`` on A/A runs; a detection, a ``regression`` on slowed runs.
+* the baseline's MDE with ``compare_runs`` runs (Note [Minimum detectable effect] in
+  :mod:`harness.bench.stats`): what the formula promises, beside what was measured.
 * pytest-benchmark: ``--benchmark-compare-fail=median:10%`` (its own
   :class:`~pytest_benchmark.utils.PercentageRegressionCheck`) on run ``i`` against
   baseline run ``i``, one saved run against one new run as it is used, on the same
   samples (each run's median of its rounds).
 
-``jobs=3`` runs the three phases of a round side by side (they share the machine's
-conditions; on a contended host this triples throughput, and the CPU clock the CPU's
-benchmarks judge is not inflated by the sharing); ``jobs=1`` runs them one after another.
-Runs already kept in ``keep_dir`` are reused, so an interrupted measurement resumes.
-
-The ratio column is the measured slow-down (median fault run / median baseline run).
-A ``ratio`` benchmark (the checkpointing time ratio: checkpointed step / plain step) is
-judged for false alarms only: a whole-step slow-down slows numerator and denominator
-alike, so its ratio is unchanged by design and "detected" does not apply (``n/a``).
+Runs already kept in ``keep_dir`` are reused, so an interrupted measurement resumes and a
+finished one is re-judged in seconds. The ratio in a detection cell is the measured
+slow-down (median slowed run / median baseline run). A ``ratio`` benchmark (the
+checkpointing time ratio) is judged for false alarms only: a whole-step slow-down slows
+numerator and denominator alike ("n/a").
 """
 
 from __future__ import annotations
 
-import concurrent.futures
+import contextlib
 import dataclasses
 import json
-import math
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 from harness import stopping
 from harness.bench.runs import CHILD_ENV, read_runs
-from harness.bench.stats import Policy, judge, robust_spread
+from harness.bench.stats import (
+    COMPARE_RUNS,
+    TARGET_EFFECT,
+    Policy,
+    baseline_mde,
+    detectable_text,
+    judge,
+    runs_for,
+)
 from harness.bench.timing import run_controls, run_values
 from harness.results import results_files
 
-PHASES = ("baseline", "aa", "fault")
 PYTEST_BENCHMARK_RULE = "median:10%"
+EFFECTS = (0.08, 0.15)
+RUNS_FOR_LIMIT = 50
 
 
 def fault_for(slowdown: float) -> str:
@@ -58,7 +69,7 @@ def fault_for(slowdown: float) -> str:
 
     percent = round(slowdown * 100)
     if percent not in SLOWDOWNS or abs(percent - slowdown * 100) > 1e-6:
-        raise ValueError(f"--slowdown {slowdown}: the bench faults slow by "
+        raise ValueError(f"--effect {slowdown}: the bench faults slow by "
                          f"{', '.join(f'0.{p:02d}' for p in SLOWDOWNS)}")
     return f"bench.slow_step_{percent}"
 
@@ -89,205 +100,306 @@ def one_run(out: Path, *, root: Path, device: str, fault: Optional[str], select:
 
 
 @dataclasses.dataclass
-class Row:
-    benchmark: str
-    spread: Optional[float]
-    ratio: Optional[float]
-    engine_aa: int
-    engine_aa_suspicious: int
-    engine_fault: int
-    engine_unreliable: int
-    pb_aa: int
-    pb_fault: int
-    comparisons: int
-    runs_needed: Optional[int]
-    detectable: bool = True  # False: a ratio, which a whole-step slow-down leaves unchanged
-    runs_measured: Optional[int] = None  # fewest compare runs meeting the target, measured
+class Cell:
+    """One benchmark under one condition (quiet or loaded): verdict counts of its
+    comparisons. ``detected``: effect -> regressions on that slow-down's runs."""
 
-    @property
-    def unreliable(self) -> bool:
-        return self.engine_unreliable > self.comparisons  # most of the 2 N judgements
+    comparisons: int
+    aa: int
+    aa_suspicious: int
+    detected: dict[float, int]
+    unreliable: int
+    pb_aa: int
+    pb_detected: dict[float, int]
+    ratio: dict[float, float]  # effect -> median slowed run / median baseline run
+
+
+@dataclasses.dataclass
+class Row:
+    """One benchmark of the table: its baseline's noise and MDE, and a cell per condition."""
+
+    benchmark: str
+    spread: Optional[float]     # the baseline's run-to-run spread (host-adjusted)
+    mde: Optional[float]        # Note [Minimum detectable effect], with compare_runs runs
+    detectable_text: str
+    cells: dict[str, Cell]      # "quiet" | "loaded"
+    detectable: bool = True     # False: a ratio, which a whole-step slow-down leaves unchanged
+    runs_for: dict = dataclasses.field(default_factory=dict)  # effect -> compare runs (None: > 50)
+
+    def unreliable(self, condition: str) -> bool:
+        cell = self.cells[condition]
+        judged = cell.comparisons * (1 + len(cell.detected))
+        return cell.unreliable * 2 > judged  # most of its judgements
 
     def to_json(self) -> dict:
-        return {**dataclasses.asdict(self), "unreliable": self.unreliable}
+        out = dataclasses.asdict(self)
+        out["runs_for"] = {str(e): n for e, n in self.runs_for.items()}
+        out["cells"] = {k: {**dataclasses.asdict(c), "detected": {str(e): n for e, n in
+                                                                   c.detected.items()},
+                            "pb_detected": {str(e): n for e, n in c.pb_detected.items()},
+                            "ratio": {str(e): r for e, r in c.ratio.items()},
+                            "unreliable": self.unreliable(k)}
+                        for k, c in self.cells.items()}
+        return out
 
 
-def runs_needed(spread: float, slowdown: float, keep: int, policy: Policy,
-                limit: int = 50) -> Optional[int]:
-    """The fewest compare runs that detect ``slowdown`` at this spread (None: > limit)."""
-    from scipy.stats import t as t_dist
-
-    s = max(spread, 0.01)
-    effect = math.log1p(slowdown)
-    if effect <= policy.sigmas * s * math.sqrt(1 + 1 / keep):
-        return None  # a single run cannot clear the violation bound: more baseline runs
-    for n in range(2, limit + 1):
-        if effect / (s * math.sqrt(1 / n + 1 / keep)) > t_dist.ppf(1 - policy.alpha, keep - 1):
-            return n
-    return None
+CONDITIONS = {"quiet": False, "loaded": True}
 
 
-TARGET_DETECTED = 0.95  # >= 19 of 20 (issue 12's target), with no false alarm
-MAX_MEASURED_RUNS = 6
-
-
-def _counts(stored, aa, fault, ctl, policy, n: int, runs: int, keep: int) -> dict:
-    """Verdict counts of the N comparisons of ``runs`` consecutive runs each."""
-    counts = {"aa": 0, "aa_s": 0, "fault": 0, "unreliable": 0, "spreads": []}
+def _judged(stored, stored_ctl, series, ctl, policy, n: int, runs: int) -> list:
+    """The verdicts of ``n`` comparisons of ``runs`` consecutive runs each (cyclically)."""
+    out = []
     for i in range(n):
-        for phase, series in (("aa", aa), ("fault", fault)):
-            picks = [(i + j) % len(series) for j in range(runs)]
-            verdict = judge(stored, [series[k] for k in picks], policy, controls=(
-                ctl["baseline"][-keep:], [ctl[phase][k] for k in picks]))
-            counts["unreliable"] += verdict.verdict == "unreliable"
-            if verdict.spread is not None:
-                counts["spreads"].append(verdict.spread)
-            if verdict.verdict == "regression":
-                counts[phase] += 1
-            elif verdict.verdict == "suspicious" and phase == "aa":
-                counts["aa_s"] += 1
-    return counts
-
-
-def _meets(counts: dict, n: int, detectable: bool) -> bool:
-    """No false alarm and >= 95% detections (false alarms only for a ratio benchmark)."""
-    return counts["aa"] == 0 and (not detectable
-                                  or counts["fault"] >= math.ceil(TARGET_DETECTED * n))
-
-
-def measured_runs(stored, aa, fault, ctl, policy, n: int, keep: int, *, start: int,
-                  first: dict, detectable: bool) -> Optional[int]:
-    """The fewest compare runs (``start`` .. :data:`MAX_MEASURED_RUNS`) whose N
-    comparisons meet the target; ``first``: the counts at ``start``, already judged.
-    None when no count up to the limit does, or the benchmark is unreliable."""
-    counts = first
-    for runs in range(start, min(MAX_MEASURED_RUNS, n) + 1):
-        if runs > start:
-            counts = _counts(stored, aa, fault, ctl, policy, n, runs, keep)
-        if counts["unreliable"] > n:
-            return None
-        if _meets(counts, n, detectable):
-            return runs
-    return None
+        picks = [(i + j) % len(series) for j in range(runs)]
+        out.append(judge(stored, [series[k] for k in picks], policy,
+                         controls=(stored_ctl, [ctl[k] for k in picks])))
+    return out
 
 
 def judge_all(values: dict[str, dict[str, list[float]]], *, keep: int, compare_runs: int,
-              slowdown: float, policies: Optional[dict] = None,
+              effects: Sequence[float], policies: Optional[dict] = None,
               ratios: frozenset = frozenset(),
               controls: Optional[dict[str, dict[str, list]]] = None) -> list[Row]:
-    """The table rows from ``phase -> record id -> per-run values`` (Note [Measuring ...]);
-    ``controls`` (same layout): each run's host control, for the verdict's host
-    adjustment (Note [Host adjustment])."""
+    """The table rows from ``phase name -> record id -> per-run values`` (Note [Measuring
+    the detector]); ``controls`` (same layout): each run's host control (Note [Host
+    adjustment]). Conditions whose phases were not measured are left out."""
     from pytest_benchmark.utils import parse_compare_fail
 
     check = parse_compare_fail(PYTEST_BENCHMARK_RULE)
+    controls = controls or {}
     rows = []
-    for record_id in sorted(values["baseline"]):
+    for record_id in sorted(values.get("baseline", {})):
         base = values["baseline"][record_id]
-        aa, fault = values["aa"].get(record_id, []), values["fault"].get(record_id, [])
-        n = min(len(base), len(aa), len(fault))
-        if n == 0:
-            continue
         policy = (policies or {}).get(record_id, Policy())
         stored = base[-keep:]
-        ctl = {phase: (controls or {}).get(phase, {}).get(record_id) or [None] * len(series)
-               for phase, series in (("baseline", base), ("aa", aa), ("fault", fault))}
-        counts = _counts(stored, aa, fault, ctl, policy, n, compare_runs, keep)
-        spreads = counts["spreads"]
-        pb = {phase: sum(bool(check.fails({"median": series[i]}, {"median": base[i]}))
-                         for i in range(n)) for phase, series in (("aa", aa), ("fault", fault))}
-        spread = statistics.median(spreads) if spreads else robust_spread(
-            [math.log(v) for v in stored])
-        ratio = statistics.median(fault) / statistics.median(base)
-        rows.append(Row(record_id, spread, ratio, counts["aa"], counts["aa_s"], counts["fault"],
-                        counts["unreliable"], pb["aa"], pb["fault"], n,
-                        runs_needed(spread, slowdown, len(stored), policy),
-                        detectable=record_id not in ratios,
-                        runs_measured=measured_runs(stored, aa, fault, ctl, policy, n, keep,
-                                                    start=compare_runs, first=counts,
-                                                    detectable=record_id not in ratios)))
+        base_ctl = (controls.get("baseline", {}).get(record_id) or [None] * len(base))[-keep:]
+        found, spread, nb = baseline_mde(stored, base_ctl, compare_runs, policy)
+        cells = {}
+        for condition, loaded in CONDITIONS.items():
+            phases = [Phase(0.0, loaded), *(Phase(e, loaded) for e in effects)]
+            series = {p.effect: values.get(p.name, {}).get(record_id, []) for p in phases}
+            n = min(len(base), *(len(v) for v in series.values()))
+            if n == 0:
+                continue
+            ctl = {p.effect: controls.get(p.name, {}).get(record_id) or [None] * n
+                   for p in phases}
+            judged = {e: _judged(stored, base_ctl, series[e], ctl[e], policy, n, compare_runs)
+                      for e in series}
+            pb = {e: sum(bool(check.fails({"median": series[e][i]}, {"median": base[i]}))
+                         for i in range(n)) for e in series}
+            cells[condition] = Cell(
+                n, sum(v.verdict == "regression" for v in judged[0.0]),
+                sum(v.verdict == "suspicious" for v in judged[0.0]),
+                {e: sum(v.verdict == "regression" for v in judged[e]) for e in effects},
+                sum(v.verdict == "unreliable" for vs in judged.values() for v in vs),
+                pb[0.0], {e: pb[e] for e in effects},
+                {e: statistics.median(series[e]) / statistics.median(base) for e in series})
+        if cells:
+            rows.append(Row(record_id, spread, found,
+                            detectable_text(found, spread, nb, compare_runs, policy), cells,
+                            detectable=record_id not in ratios,
+                            runs_for={e: runs_for(spread, nb, e, policy, limit=RUNS_FOR_LIMIT)
+                                      for e in effects}))
     return rows
 
 
-def table(rows: Sequence[Row], *, n: int, slowdown: float, compare_runs: int) -> str:
-    """The side-by-side Markdown table (docs/benchmarks.md keeps one)."""
-    pct = f"{slowdown:.0%}"
-    head = (f"| benchmark | baseline spread | measured ratio | engine A/A false alarms | "
-            f"engine {pct} detected | unreliable | runs needed (spread) | "
-            f"runs needed (measured) | pytest-benchmark A/A | pytest-benchmark {pct} |")
-    lines = [head, "|" + "---|" * 10]
+def table(rows: Sequence[Row], *, effects: Sequence[float], compare_runs: int,
+          keep: int = 10) -> str:
+    """The Markdown table of Note [Measuring the detector] (docs/benchmarks.md keeps one)."""
+    pcts = [f"{e:.0%}" for e in effects]
+    head = ["benchmark", "condition", "baseline spread", f"MDE ({compare_runs} runs)",
+            *(f"runs for {p}" for p in pcts),
+            "engine A/A false alarms", *(f"engine {p} detected" for p in pcts), "unreliable",
+            "pytest-benchmark A/A", *(f"pytest-benchmark {p}" for p in pcts)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    totals: dict[str, dict] = {}
     for r in rows:
-        flag = "yes" if r.unreliable else f"{r.engine_unreliable}/{2 * r.comparisons}"
-        needed = "-" if r.runs_needed is None else str(r.runs_needed)
-        found = f"{r.engine_fault}/{r.comparisons}" if r.detectable else "n/a (ratio)"
-        if not r.detectable:
-            needed = "n/a"
-        measured = "-" if r.runs_measured is None else str(r.runs_measured)
-        pb_found = f"{r.pb_fault}/{r.comparisons}" if r.detectable else "n/a (ratio)"
-        lines.append(f"| `{r.benchmark}` | {r.spread:.1%} | {r.ratio:.3f} | "
-                     f"{r.engine_aa}/{r.comparisons} ({r.engine_aa_suspicious} suspicious) | "
-                     f"{found} | {flag} | {needed} | {measured} | "
-                     f"{r.pb_aa}/{r.comparisons} | {pb_found} |")
-    usable = [r for r in rows if not r.unreliable]
-    found_in = [r for r in usable if r.detectable]
-    pb_in = [r for r in rows if r.detectable]
+        for condition, c in r.cells.items():
+            n = c.comparisons
+            slowed = [f"{c.detected[e]}/{n} ({c.ratio[e]:.3f}x)" if r.detectable
+                      else "n/a (ratio)" for e in effects]
+            pb = [f"{c.pb_detected[e]}/{n}" if r.detectable else "n/a" for e in effects]
+            bad = r.unreliable(condition)
+            judged = n * (1 + len(effects))
+            mde_text = "none" if r.mde is None else f"{r.mde:.1%}"
+            if r.mde is None or r.mde > TARGET_EFFECT:
+                mde_text += " (too noisy for 15%)"
+            needed = ["-" if r.runs_for.get(e) is None else str(r.runs_for[e]) for e in effects]
+            lines.append(
+                f"| `{r.benchmark}` | {condition} | "
+                f"{'-' if r.spread is None else f'{r.spread:.1%}'} | {mde_text} | "
+                + " | ".join(needed) + " | "
+                f"{c.aa}/{n} ({c.aa_suspicious} suspicious) | " + " | ".join(slowed) +
+                f" | {'yes' if bad else f'{c.unreliable}/{judged}'} | {c.pb_aa}/{n} | "
+                + " | ".join(pb) + " |")
+            t = totals.setdefault(condition, {"aa": 0, "n": 0, "det": {e: 0 for e in effects},
+                                              "dn": 0, "pb_aa": 0, "bad": 0, "rows": 0})
+            t["rows"] += 1
+            if bad:
+                t["bad"] += 1
+                continue
+            t["aa"] += c.aa
+            t["n"] += n
+            t["pb_aa"] += c.pb_aa
+            if r.detectable:
+                t["dn"] += n
+                for e in effects:
+                    t["det"][e] += c.detected[e]
     lines.append("")
-    lines.append(f"N = {n} process runs per phase; engine: {compare_runs} runs per compare "
-                 f"vs the last 10 baseline runs; pytest-benchmark: one run vs one run, "
-                 f"{PYTEST_BENCHMARK_RULE}. Totals over the {len(usable)} reliable benchmarks: "
-                 f"engine false alarms {sum(r.engine_aa for r in usable)}"
-                 f"/{sum(r.comparisons for r in usable)}, detections "
-                 f"{sum(r.engine_fault for r in found_in)}"
-                 f"/{sum(r.comparisons for r in found_in)}; pytest-benchmark (every "
-                 f"benchmark) false alarms {sum(r.pb_aa for r in rows)}"
-                 f"/{sum(r.comparisons for r in rows)}, detections "
-                 f"{sum(r.pb_fault for r in pb_in)}/{sum(r.comparisons for r in pb_in)}. "
-                 f"Unreliable: {len(rows) - len(usable)} of {len(rows)}.")
+    parts = []
+    for condition, t in totals.items():
+        found = ", ".join(f"{p} {t['det'][e]}/{t['dn']}" for p, e in zip(pcts, effects))
+        parts.append(f"{condition}: engine false alarms {t['aa']}/{t['n']}, detected {found} "
+                     f"(pytest-benchmark false alarms {t['pb_aa']}/{t['n']}); unreliable "
+                     f"{t['bad']} of {t['rows']}")
+    lines.append(f"Engine: {compare_runs} runs per compare against the last {keep} baseline "
+                 f"runs (the quiet baseline, also for the loaded compares); pytest-benchmark: "
+                 f"one run against one run, {PYTEST_BENCHMARK_RULE}. MDE: Note [Minimum "
+                 f"detectable effect]; runs for p: the fewest compare runs whose MDE is "
+                 f"within p at this baseline ('-': more than {RUNS_FOR_LIMIT}, or never: the "
+                 f"margin). Totals over the reliable benchmarks: "
+                 + "; ".join(parts) + ".")
     return "\n".join(lines)
 
 
-def main(*, runs: int, slowdown: float = 0.15, as_json: bool = False, root: Path,
-         device: str = "cpu", select: Optional[str] = None, scale: str = "small",
-         compare_runs: int = 2, keep: int = 10, timeout: float = 600.0,
-         keep_dir: Optional[Path] = None, jobs: int = 1,
+def main(*, runs: int, effects: Sequence[float] = EFFECTS, load: bool = False,
+         as_json: bool = False, root: Path, device: str = "cpu", select: Optional[str] = None,
+         scale: str = "small", compare_runs: int = COMPARE_RUNS, keep: int = 10,
+         timeout: float = 600.0, keep_dir: Optional[Path] = None,
          progress: Optional[Callable[[str], None]] = None) -> int:
     """Run the measurement (Note [Measuring the detector]) and print the table."""
     from harness.bench.workloads import WORKLOADS, policy_for
 
     say = progress or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    fault = fault_for(slowdown)
-    values: dict[str, dict[str, list[float]]] = {p: {} for p in PHASES}
-    controls: dict[str, dict[str, list]] = {p: {} for p in PHASES}
+    for effect in effects:
+        fault_for(effect)  # a usage error before the first run
+    phases = phases_of(effects, load)
     with tempfile.TemporaryDirectory(prefix="harness-bench-eval-") as tmp:
         work = keep_dir or Path(tmp)
-        start = time.monotonic()
-        for i in range(runs):
-            def run(phase, i=i):
-                return one_run(work / phase / f"run{i:03d}", root=root, device=device,
-                               fault=fault if phase == "fault" else None, select=select,
-                               scale=scale, timeout=timeout)
-
-            if jobs > 1:  # the three phases of round i side by side: equal conditions
-                with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-                    found_all = list(pool.map(run, PHASES))
-            else:
-                found_all = [run(phase) for phase in PHASES]
-            for phase, found in zip(PHASES, found_all):
-                for record_id, (value, control) in found.items():
-                    values[phase].setdefault(record_id, []).append(value)
-                    controls[phase].setdefault(record_id, []).append(control)
-            say(f"[bench-eval] round {i + 1}/{runs} (baseline, A/A, {fault}): "
-                f"{time.monotonic() - start:.0f} s elapsed")
+        values, controls = collect(work, phases, runs, root=root, device=device,
+                                   select=select, scale=scale, timeout=timeout, progress=say)
     policies = {record_id: policy_for(record_id) for record_id in values["baseline"]}
     ratios = frozenset(w.id for w in WORKLOADS if w.kind == "ratio")
-    rows = judge_all(values, keep=keep, compare_runs=compare_runs, slowdown=slowdown,
+    rows = judge_all(values, keep=keep, compare_runs=compare_runs, effects=effects,
                      policies=policies, ratios=ratios, controls=controls)
-    doc = {"runs": runs, "slowdown": slowdown, "fault": fault, "compare_runs": compare_runs,
-           "rows": [r.to_json() for r in rows], "values": values, "controls": controls}
+    doc = {"runs": runs, "effects": list(effects), "load": load, "compare_runs": compare_runs,
+           "cpu": cpu_name(), "rows": [r.to_json() for r in rows], "values": values,
+           "controls": controls}
     if keep_dir is not None:
         (keep_dir / "bench-eval.json").write_text(json.dumps(doc, indent=1))
     if as_json:
         print(json.dumps(doc, indent=1))
     else:
-        print(table(rows, n=runs, slowdown=slowdown, compare_runs=compare_runs))
+        print(f"CPU: {cpu_name()}; {runs} rounds of {', '.join(p.name for p in phases)}")
+        print(table(rows, effects=effects, compare_runs=compare_runs, keep=keep))
     return 0 if rows else 1
+
+
+def cpu_name() -> str:
+    """The host CPU as the results fingerprint names it (model, family, model number)."""
+    from harness.device import cpu_identity, cpu_model_name
+
+    ident = cpu_identity()
+    extra = ", ".join(f"{k} {v}" for k, v in ident.items() if k != "vendor" and v)
+    return cpu_model_name() + (f" ({extra})" if extra else "")
+
+
+@dataclasses.dataclass(frozen=True)
+class Phase:
+    """One series of process runs: the baseline, A/A (``effect`` 0) or a slow-down, quiet
+    or under the background load (Note [Measuring the detector])."""
+
+    effect: float = 0.0
+    loaded: bool = False
+    baseline: bool = False
+
+    @property
+    def name(self) -> str:
+        base = "baseline" if self.baseline else (
+            "aa" if not self.effect else f"slow{round(self.effect * 100)}")
+        return base + ("-load" if self.loaded else "")
+
+    @property
+    def fault(self) -> Optional[str]:
+        return fault_for(self.effect) if self.effect else None
+
+
+def phases_of(effects: Sequence[float], load: bool) -> list[Phase]:
+    """The phases of one measurement: the quiet baseline, then A/A and each slow-down,
+    quiet, and again under the load when ``load``."""
+    out = [Phase(baseline=True)]
+    for loaded in (False, True) if load else (False,):
+        out += [Phase(0.0, loaded), *(Phase(e, loaded) for e in effects)]
+    return out
+
+
+LOAD_CODE = ("import os, sys, time\n"
+             "cpu, limit = int(sys.argv[1]), float(sys.argv[2])\n"
+             "if cpu >= 0 and hasattr(os, 'sched_setaffinity'):\n"
+             "    os.sched_setaffinity(0, {cpu})\n"
+             "end = time.monotonic() + limit\n"
+             "while time.monotonic() < end:\n"
+             "    pass\n")
+
+
+def load_cpu() -> int:
+    """The CPU the load spins on: the one the benchmarks are pinned to (Note [One CPU per
+    timed benchmark]), so it competes with them; -1 where there is no affinity."""
+    import os
+
+    from harness.bench.timing import PIN_ENV
+
+    if not hasattr(os, "sched_getaffinity"):
+        return -1
+    choice = os.environ.get(PIN_ENV, "").strip().lower()
+    return int(choice) if choice.isdigit() else min(os.sched_getaffinity(0))
+
+
+@contextlib.contextmanager
+def background_load(seconds: float, cpu: Optional[int] = None) -> Iterator[int]:
+    """A bounded background load: one child process spinning on one CPU for at most
+    ``seconds`` (it stops by itself then, and dies with this process: Note [SIGTERM is
+    an interrupt] in :mod:`harness.stopping`); stopped on leaving, errors and Ctrl-C
+    included. Yields the child's pid."""
+    cpu = load_cpu() if cpu is None else cpu
+    proc = subprocess.Popen([sys.executable, "-c", LOAD_CODE, str(cpu), f"{seconds:.1f}"],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            preexec_fn=stopping.child_preexec())
+    try:
+        yield proc.pid
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def collect(work: Path, phases: Sequence[Phase], runs: int, *, root: Path, device: str,
+            select: Optional[str], scale: str, timeout: float,
+            progress: Callable[[str], None]) -> tuple[dict, dict]:
+    """``runs`` rounds, each one process run per phase in turn (drift hits every phase
+    alike); loaded phases run with :func:`background_load`. Kept runs are reused.
+    Returns values and controls, ``phase name -> record id -> per-run list``."""
+    values: dict[str, dict[str, list]] = {p.name: {} for p in phases}
+    controls: dict[str, dict[str, list]] = {p.name: {} for p in phases}
+    start = time.monotonic()
+    for i in range(runs):
+        for phase in phases:
+            out = work / phase.name / f"run{i:03d}"
+            load = background_load(timeout) if phase.loaded and not _kept(out) \
+                else contextlib.nullcontext()
+            with load:
+                found = one_run(out, root=root, device=device, fault=phase.fault,
+                                select=select, scale=scale, timeout=timeout)
+            for record_id, (value, control) in found.items():
+                values[phase.name].setdefault(record_id, []).append(value)
+                controls[phase.name].setdefault(record_id, []).append(control)
+        progress(f"[bench-eval] round {i + 1}/{runs} ({', '.join(p.name for p in phases)}): "
+                 f"{time.monotonic() - start:.0f} s elapsed")
+    return values, controls
+
+
+def _kept(out: Path) -> bool:
+    return out.is_dir() and any(out.glob("*.json"))

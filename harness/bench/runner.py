@@ -17,7 +17,15 @@ import dataclasses
 import statistics
 from typing import Optional
 
-from harness.bench.stats import BenchVerdict, Policy, judge, reproduce_args
+from harness.bench.stats import (
+    COMPARE_RUNS,
+    BenchVerdict,
+    Policy,
+    baseline_mde,
+    detectable_text,
+    judge,
+    reproduce_args,
+)
 from harness.bench.timing import (
     RunStat,
     backward_in_caller,
@@ -41,6 +49,7 @@ class BenchContext:
     baseline_name: str = ""
     child_runs: dict = dataclasses.field(default_factory=dict)
     verdicts: dict = dataclasses.field(default_factory=dict)  # record id -> BenchVerdict
+    detectable_lines: dict = dataclasses.field(default_factory=dict)  # record id -> MDE text
 
     def runs_for(self, record_id: str, own: RunStat) -> list[dict]:
         return [*self.child_runs.get(record_id, []), own.to_json()]
@@ -54,6 +63,19 @@ class BenchContext:
         return judge(run_values(stored), run_values(runs), policy,
                      controls=(run_controls(stored), run_controls(runs)))
 
+    def detectable(self, record_id: str, runs: list[dict], policy: Policy) -> dict:
+        """What the baseline can detect with :data:`COMPARE_RUNS` compare runs (Note
+        [Minimum detectable effect]): the stored baseline's runs when there is one, else
+        this invocation's (the baseline ``--baseline record`` would write)."""
+        base = self.baseline.records.get(record_id) if self.baseline is not None else None
+        stored = base.info.get("runs") if base is not None else None
+        source = stored if stored else runs
+        found, spread, nb = baseline_mde(run_values(source), run_controls(source),
+                                         COMPARE_RUNS, policy)
+        return {"mde": found, "spread": spread, "baseline_runs": nb,
+                "compare_runs": COMPARE_RUNS, "of": "baseline" if stored else "this run",
+                "text": detectable_text(found, spread, nb, COMPARE_RUNS, policy)}
+
     def record(self, recorder, record_id: str, own: RunStat, *, policy: Policy,
                metrics: Optional[dict] = None, info: Optional[dict] = None,
                per_unit: Optional[tuple[float, str]] = None) -> BenchVerdict:
@@ -65,7 +87,8 @@ class BenchContext:
         if per_unit is not None and per_unit[1]:
             out_metrics[f"{per_unit[1]}_per_s"] = per_unit[0] * 1e3 / centre
         verdict = self.verdict(record_id, runs, policy)
-        full_info = {"runs": runs, **(info or {})}
+        full_info = {"runs": runs, "mde": self.detectable(record_id, runs, policy),
+                     **(info or {})}
         if verdict is None:
             full_info["bench_verdict"] = "not compared"
         else:
@@ -78,6 +101,7 @@ class BenchContext:
                          f"{summary}", metrics=out_metrics, info=full_info,
                          reproduce_args=reproduce_args(len(values)))
         self.verdicts[record_id] = verdict
+        self.detectable_lines[record_id] = full_info["mde"]["text"]
         return verdict
 
     def run(self, workload: Workload, benchmark, recorder, record_id: str):

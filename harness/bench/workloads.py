@@ -366,9 +366,10 @@ def record_id(workload: Workload, device, scale: str) -> str:
 # bandwidth at such sizes too. Over N=20 it spread 5.4% in the noisiest hour (20:02-20:34)
 # and 3.2% in a quieter one (21:26-21:56: 0/20 false alarms, 17/20 detections with two
 # runs, the target with three): the two ranks share two cores with the host's tenants. Its spread limit is
-# the default: past 5% a 15% slow-down is not told from the noise (the violation bound is
-# 2.5 sigmas), and such a benchmark is better `unreliable` than trusted and blind. Its
-# minimum effect is 10%: with --bench-runs 6 (20:38-20:41), six A/A runs recorded three
+# the default: past 5% a 15% slow-down is not told from the noise, and such a benchmark is
+# better `unreliable` than trusted and blind. Its minimum effect (the drift margin, Note
+# [Bench verdict]) is 10%, so its MDE says it cannot see 15% (Note [Minimum detectable
+# effect]): with --bench-runs 6 (20:38-20:41), six A/A runs recorded three
 # minutes after six baseline runs sat at 1.074x (two beyond the 7.9% bound of a 3% spread,
 # p=0.005), a shift of the two ranks' placement that the host control did not see; the
 # same invocation with the 15% fault measured 1.263x.

@@ -167,6 +167,11 @@ def markdown(report: Report, plots_note: str = "") -> str:
         mark = " **(changed)**" if row.differs and report.baseline is not None else ""
         out.append(f"| {row.key}{mark} | {md_cell(fmt(row.old)) if report.baseline else ''} | "
                    f"{md_cell(fmt(row.new))} |")
+    if v.detectable:
+        from harness.regress import detectable_md
+
+        out += ["", "## Benchmarks: the smallest slow-down each can detect", ""]
+        out += detectable_md(v.detectable)
     out += ["", "## Pictures", "", plots_note or "See the HTML report (inline SVG plots).", ""]
     out += _presence_md(report)
     return "\n".join(out) + "\n"
@@ -247,6 +252,7 @@ def html_page(report: Report, plots: list[tuple[str, str]], notes: list[str],
     out += _html_counts(report)
     out += _html_movers(report)
     out += _html_stack(report)
+    out += _html_detectable(report)
     out.append('<section id="plots"><h2>Pictures</h2>')
     out += [f'<p class="note">{escape(n)}</p>' for n in notes]
     for plot_title, svg in plots:
@@ -257,6 +263,23 @@ def html_page(report: Report, plots: list[tuple[str, str]], notes: list[str],
     out += _html_presence(report)
     out.append("</main></body></html>")
     return "\n".join(out) + "\n"
+
+
+def _html_detectable(report: Report) -> list[str]:
+    """What each benchmark's baseline can detect (Note [Minimum detectable effect])."""
+    from harness.regress import DETECTABLE_COLUMNS, detectable_cells
+
+    if not report.verdict.detectable:
+        return []
+    out = ['<section id="detectable"><h2>Benchmarks: the smallest slow-down each can '
+           "detect</h2><table><tr>" + "".join(f"<th>{escape(c)}</th>" for c in
+                                              DETECTABLE_COLUMNS) + "</tr>"]
+    for row in report.verdict.detectable:
+        cells = detectable_cells(row)
+        out.append(f"<tr><td><code>{escape(cells[0])}</code></td>"
+                   + "".join(f"<td>{escape(c)}</td>" for c in cells[1:]) + "</tr>")
+    out.append("</table></section>")
+    return out
 
 
 def _html_counts(report: Report) -> list[str]:

@@ -76,5 +76,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         return
     terminalreporter.section("benchmark verdicts")
     for record_id, verdict in sorted(context.verdicts.items()):
-        text = verdict.summary() if verdict is not None else "not compared (no baseline record)"
+        text = verdict.summary() if verdict is not None else (
+            "not compared (no baseline record); as a baseline: "
+            + context.detectable_lines.get(record_id, "?"))
         terminalreporter.write_line(f"{record_id}: {text}")
