@@ -42,7 +42,6 @@ import dataclasses
 from typing import Callable, Optional
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from harness import models
@@ -86,21 +85,24 @@ def build(name: str, seed: int) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
 
 
 def loss_of(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    if target.is_floating_point():
-        return F.mse_loss(output.float(), target.to(output.device, torch.float32))
-    return F.cross_entropy(output.float(), target.to(output.device))
+    """The model family's loss (cross-entropy on labels, else MSE), on the output's device."""
+    from harness.model.capture import _loss  # one rule for a step's loss
+
+    return _loss(output, target.to(output.device))
 
 
-def train_step(model: nn.Module, forward: Callable, x: torch.Tensor, target: torch.Tensor,
+def train_step(model: nn.Module, forward: Callable, inputs: tuple, target: torch.Tensor,
                autocast=None) -> dict[str, torch.Tensor]:
     """One step of ``model`` called through ``forward`` (the compiled or the plain module):
     every tensor it produces, by name (``forward``, ``loss``, ``grad/<param>``,
     ``param/<param>``, ``buffer/<buffer>``)."""
+    from harness.model.capture import _first_output
+
     model.train()
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
     opt.zero_grad(set_to_none=True)
     with autocast if autocast is not None else contextlib.nullcontext():
-        out = forward(x)
+        out = _first_output(forward(*inputs))
     loss = loss_of(out, target)
     loss.backward()
     grads = {f"grad/{n}": p.grad.detach().clone() for n, p in model.named_parameters()
@@ -195,33 +197,48 @@ def _upcast(dtype: Optional[torch.dtype]) -> torch.dtype:
     return torch.float32 if dtype is not None else torch.float64
 
 
+def _cast(inputs: tuple, dtype: Optional[torch.dtype], dev) -> tuple:
+    return tuple(t.to(dev, dtype) if t.is_floating_point() and dtype else t.to(dev)
+                 for t in inputs)
+
+
 def compiled_vs_eager(name: str, device, *, backend: str, amp: Optional[torch.dtype] = None,
                       seed: int = 0) -> StepResult:
-    """The step of model ``name`` compiled with ``backend`` on ``device`` vs eager (Note
-    [Compiled vs eager under the op standards]); ``amp``: under the device's autocast."""
+    """The step of the family's model ``name`` (:data:`MODELS`) compiled with ``backend`` on
+    ``device`` vs eager; ``amp``: under the device's autocast."""
+    model, x, target = build(name, seed)
+    return compare_step(model, (x,), target, device, backend=backend, amp=amp)
+
+
+def compare_step(model: nn.Module, inputs: tuple, target: torch.Tensor, device, *,
+                 backend: str, amp: Optional[torch.dtype] = None) -> StepResult:
+    """One training step of ``model`` (on the CPU, left untouched) compiled with
+    ``backend`` on ``device`` vs eager (Note [Compiled vs eager under the op standards])."""
     why = backends.unsupported()
     if why:
         from harness.device import Unsupported
 
         raise Unsupported(why)
-    model, x, target = build(name, seed)
     dev = device.torch_device
 
     def autocast():
         return device.autocast(amp) if amp is not None else None
 
     autocast()  # raises Unsupported before any work where the stack lacks this autocast
-    ref_model = copy.deepcopy(model).to(_upcast(amp))
-    reference = train_step(ref_model, ref_model, x.to(_upcast(amp)), target)
+    up = _upcast(amp)
+    ref_model = copy.deepcopy(model).to(up)
+    reference = train_step(ref_model, ref_model, _cast(inputs, up, "cpu"), target)
     eager_model = copy.deepcopy(model).to(dev)
-    lowp = train_step(eager_model, eager_model, x.to(dev), target.to(dev), autocast())
+    lowp = train_step(eager_model, eager_model, _cast(inputs, None, dev), target,
+                      autocast())
     dut_model = copy.deepcopy(model).to(dev)
     counting = backends.Counting(backend)
     backends.reset()
     try:
         compiled = torch.compile(dut_model, backend=counting)
         with device.scope():
-            dut = train_step(dut_model, compiled, x.to(dev), target.to(dev), autocast())
+            dut = train_step(dut_model, compiled, _cast(inputs, None, dev), target,
+                             autocast())
             device.synchronize()
     finally:
         backends.reset()
