@@ -69,6 +69,7 @@ class Settings:
     bench_runs: int = 1
     models: tuple[str, ...] = ()
     model_input: Optional[str] = None
+    model_compile: bool = False
 
     @property
     def compares(self) -> bool:

@@ -147,11 +147,12 @@ def check(factory: str, device, *, inputs: Optional[Sequence[TensorSpec]] = None
     seconds = time.perf_counter() - start
     fell = [op for r in results for op in r.fallback]
     inv = inventory(capture, device.type, stack_id=stack_id, fallback_ops=fell)
-    compiled = _compiled(factory, inputs, target, device, amp, seed) if compile else None
+    compiled = compile_model(factory, inputs, target, device, amp, seed) if compile else None
     return ModelReport(capture, inv, results, len(built), seconds, compiled)
 
 
-def _compiled(factory: str, inputs, target, device, amp: Optional[str], seed: int):
+def compile_model(factory: str, inputs, target, device, amp: Optional[str] = None,
+                  seed: int = 0):
     """Graph mode on a fresh copy of the model (the capture trained its own one step)."""
     import torch
 
