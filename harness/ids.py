@@ -109,8 +109,9 @@ def model_inventory_record(model: str, op: Optional[str] = None) -> str:
 
 
 def graph_record(model: str, dtype: str, backend: str, *what: object) -> str:
-    """``graph/<model>/<dtype>/<backend>/<what>...``: a graph-mode record (``backend``
-    ``dynamo`` for what Dynamo decides whatever compiles: graphs, breaks, recompiles)."""
+    """``graph/<model>/<dtype>/<backend>/<what>...``: a graph-mode record (``backend``:
+    ``cheap`` or ``device`` for a compiled step, ``dynamo`` for what Dynamo decides whatever
+    compiles: graphs, breaks, recompiles)."""
     return record("graph", model, dtype, backend, *what)
 
 

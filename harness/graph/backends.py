@@ -60,13 +60,21 @@ def simulated_npu(gm, example_inputs):
     return compiler(FALLBACK)(gm, example_inputs)
 
 
-def backend_for(device) -> str:
-    """The backend name graph mode uses on ``device`` (Note [Graph-mode backend])."""
+def backend_for(device, requested: Optional[str] = None) -> str:
+    """The backend name graph mode uses on ``device`` (Note [Graph-mode backend]), or
+    ``requested`` (``--graph-backend``) when Dynamo registers it (ValueError naming the
+    registered ones when not)."""
     import torch._dynamo
 
     wanted = device.kind.compile_backends
     if device.simulated and "npu" in wanted and not registered("npu"):
         torch._dynamo.register_backend(simulated_npu, name="npu")
+    if requested:
+        if not registered(requested):
+            raise ValueError(f"--graph-backend {requested!r}: Dynamo registers no such "
+                             "backend on this stack; choose from "
+                             f"{', '.join(torch._dynamo.list_backends(exclude_tags=()))}")
+        return requested
     for name in wanted:
         if registered(name):
             return name

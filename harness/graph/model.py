@@ -114,5 +114,6 @@ def compile_check(spec, target: torch.Tensor, device, *, amp: Optional[torch.dty
                                    amp=amp)
         outcomes.extend(records.step_outcomes(name, label, result))
     except Unsupported as exc:
-        outcomes.append(_unsupported(ids.graph_record(name, label, backend, "compiled"), exc))
+        outcomes.append(_unsupported(ids.graph_record(name, label, records.DEVICE,
+                                                      "compiled"), exc))
     return report

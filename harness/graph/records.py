@@ -19,12 +19,19 @@ DYNAMO = "dynamo"
 """The backend part of the ids of what Dynamo decides whatever compiles."""
 
 
-def step_outcomes(model: str, dtype: str, result: StepResult) -> list[OpOutcome]:
-    """``.../<backend>/compiled`` (did the backend compile every graph) and one record per
+CHEAP, DEVICE = "cheap", "device"
+"""The backend part of a step record's id: :data:`harness.graph.backends.CHEAP`, or the
+device kind's (or ``--graph-backend``'s); which one ran is the record's ``info.backend``,
+so a compiled run and an eager run of one stack share ids (``harness parity``)."""
+
+
+def step_outcomes(model: str, dtype: str, result: StepResult,
+                  which: str = DEVICE) -> list[OpOutcome]:
+    """``.../<which>/compiled`` (did the backend compile every graph) and one record per
     tensor group (``forward``, ``loss``, ``grad``, ``param``) of the compiled step."""
     backend, counting = result.backend, result.counting
     info = {"backend": backend, "graph_ops": [g.ops for g in counting.graphs]}
-    compiled = OpOutcome(ids.graph_record(model, dtype, backend, "compiled"), info=info,
+    compiled = OpOutcome(ids.graph_record(model, dtype, which, "compiled"), info=info,
                          metrics={"graphs_compiled": float(counting.compiled)},
                          rules={"graphs_compiled": COUNT})
     if result.fell_back:
@@ -37,7 +44,7 @@ def step_outcomes(model: str, dtype: str, result: StepResult) -> list[OpOutcome]
         compiled.message = f"{backend} was handed no graph: the compiled step ran eagerly"
     out = [compiled]
     for group in result.groups:
-        out.append(OpOutcome(ids.graph_record(model, dtype, backend, group.group),
+        out.append(OpOutcome(ids.graph_record(model, dtype, which, group.group),
                              status="pass" if group.passed else "fail", standard="relative",
                              metrics=group.metrics, rules=group.rules, message=group.message,
                              info={"worst": group.worst, "failing": group.failing,

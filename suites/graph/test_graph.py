@@ -38,14 +38,15 @@ def _dtype_id(dtype: str, device) -> str:
 def test_compiled_step_matches_eager(model, dtype, which, device, results, settings):
     """Forward, loss, gradients and parameters after a step: compiled vs eager under the op
     standards (Note [Compiled vs eager under the op standards])."""
-    backend = backends.CHEAP if which == "cheap" else backends.backend_for(device)
+    backend = backends.CHEAP if which == "cheap" else \
+        backends.backend_for(device, settings.graph_backend)
     if which == "device" and backend == backends.CHEAP and model == DEFAULT_MODEL \
             and dtype == "float32":
         pytest.skip(f"{device.type}'s graph backend is {backend}: the cheap case checks it")
     amp = device.amp_dtype if dtype == "autocast" else None
     result = step.compiled_vs_eager(model, device, backend=backend, amp=amp,
                                     seed=settings.seed)
-    for outcome in records.step_outcomes(model, _dtype_id(dtype, device), result):
+    for outcome in records.step_outcomes(model, _dtype_id(dtype, device), result, which):
         outcome.record(results)
 
 
