@@ -42,6 +42,7 @@ import dataclasses
 from typing import Callable, Optional
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from harness import models
@@ -85,10 +86,14 @@ def build(name: str, seed: int) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
 
 
 def loss_of(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """The model family's loss (cross-entropy on labels, else MSE), on the output's device."""
-    from harness.model.capture import _loss  # one rule for a step's loss
-
-    return _loss(output, target.to(output.device))
+    """The model family's loss rule (cross-entropy on integer labels of an ``(N, C, ...)``
+    output, else MSE) in fp32, or in fp64 for the fp64 reference (whose gradients would
+    otherwise start from an fp32-rounded loss)."""
+    dtype = torch.float64 if output.dtype == torch.float64 else torch.float32
+    target = target.to(output.device)
+    if target.dtype in (torch.int64, torch.int32) and output.dim() >= 2:
+        return F.cross_entropy(output.to(dtype), target.long())
+    return F.mse_loss(output.to(dtype), target.to(dtype))
 
 
 def train_step(model: nn.Module, forward: Callable, inputs: tuple, target: torch.Tensor,
