@@ -34,7 +34,7 @@ import contextlib
 import dataclasses
 import linecache
 import os
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, ContextManager, Optional, Sequence
 
 import torch
 
@@ -174,7 +174,8 @@ def _with_batch(x: torch.Tensor, batch: int, gen: torch.Generator) -> torch.Tens
 
 
 def recompiles(model: torch.nn.Module, example: torch.Tensor, dynamic: Optional[bool],
-               *, seed: int = 0, run: Callable[[Callable], Any] = None) -> Recompiles:
+               *, seed: int = 0,
+               run: Optional[Callable[[], ContextManager]] = None) -> Recompiles:
     """Compile ``model`` with ``dynamic`` and call it on :data:`BATCHES`-sized copies of
     ``example`` (Note [Recompiles over three shapes]). ``run`` wraps each call (the DUT
     scope)."""
@@ -213,7 +214,7 @@ class GuardFallback:
 
 
 def guard_fallback(model: torch.nn.Module, example: torch.Tensor, *, seed: int = 0,
-                   run: Callable[[], Any] = None) -> GuardFallback:
+                   run: Optional[Callable[[], ContextManager]] = None) -> GuardFallback:
     """Compile for one shape with the recompile limit at 1, call another: Dynamo must run
     the second call eagerly (Note [Recompiles over three shapes])."""
     why = backends.unsupported()

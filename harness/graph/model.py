@@ -9,11 +9,13 @@ three times with its own inputs (a recompile there is a guard that fails on ever
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from typing import Optional
 
 import torch
 
+from harness import ids
 from harness.device import Unsupported
 from harness.graph import backends, capture, records, step
 from harness.ops.outcome import OpOutcome
@@ -80,10 +82,6 @@ def compile_check(spec, target: torch.Tensor, device, *, amp: Optional[torch.dty
                   seed: int = 0, backend: Optional[str] = None) -> CompileReport:
     """Graph mode on the loaded model ``spec`` (:class:`harness.model.spec.ModelSpec`) with
     the loss ``target`` on ``device``; ``backend``: the device kind's by default."""
-    import copy
-
-    from harness import ids
-
     name = spec.name
     backend = backend or backends.backend_for(device)
     dev = device.torch_device
