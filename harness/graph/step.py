@@ -30,7 +30,19 @@ reductions]); a step's condition per element has no closed form, so it is bounde
 normwise. Element-wise, cancellation decides: inductor's fused LayerNorm backward on the
 transformer block gives a ``ln2.weight`` gradient whose *mean* element-wise relative error
 is 2.9x eager's (both about 30 ulps; RMSE 1.0x), a correct kernel the element-wise
-``mean_rel_err <= 2x`` would fail (measured Dec 2026, torch 2.13, CPU). Dropout is off (the compiled and the eager RNG streams differ by design);
+``mean_rel_err <= 2x`` would fail (measured Dec 2026, torch 2.13, CPU).
+
+Normwise is not enough for the CNNs: BatchNorm's weight and bias gradients (and the
+parameters the step writes from them) are sums over the batch and the image whose terms
+cancel, and inductor's reordered reductions give them 2-3.5x eager's RMSE against fp64
+(SimpleCNN, the small ResNet, fp32), while under bf16 autocast a gradient's cosine lands
+a hair below eager's own (0.979 vs 0.981). Those are correct compilers. A tensor the op
+policy fails is therefore also judged by the rule PyTorch's own compiled-vs-eager
+benchmark uses (``torch._dynamo.utils.same``, the relative standard's second source):
+RMSE against fp64 at most 2x eager's (3x in fp16/bf16) plus ``tol / 10`` of the
+reference's RMS (``tol`` 1e-4, 1e-2 under autocast: :data:`DYNAMO_RULE`); passing that, it
+passes, with ``op_standard_failed`` in its metrics. A wrong lowering is far beyond both:
+``graph.softmax_drift`` is about 1e-3 of the output's RMS. Dropout is off (the compiled and the eager RNG streams differ by design);
 BatchNorm trains (its running statistics are buffers after the step, judged too).
 """
 
@@ -157,15 +169,39 @@ def normwise(reference: torch.Tensor) -> Optional[torch.Tensor]:
     return torch.full(reference.shape, float(rms), dtype=torch.float64)
 
 
-def judge_groups(dut: dict, reference: dict, lowp: dict) -> list[Judged]:
-    """Each group's tensors judged by the op policy (Note [Compiled vs eager under the op
-    standards])."""
+DYNAMO_RULE = {"multiplier": (2.0, 3.0), "tol": (1e-4, 1e-2)}
+"""``torch._dynamo.utils.same``'s accuracy rule (fp32, fp16/bf16): RMSE against fp64 at
+most ``multiplier`` times eager's plus ``tol / 10`` (here times the reference's RMS, so it
+is relative like every other bar; Note [Compiled vs eager under the op standards])."""
+
+
+def within_dynamo_rule(verdict, reference: torch.Tensor, dtype: torch.dtype) -> bool:
+    """Whether a tensor the op policy failed is within Dynamo's compiled-vs-eager rule (and
+    has no NaN/Inf the reference lacks)."""
+    m = verdict.metrics
+    if "ref_rmse" not in m or m.get("nan_inf_mismatch", 0.0) or m.get("shape_mismatch"):
+        return False
+    low = dtype in (torch.float16, torch.bfloat16)
+    rms = float(reference.detach().double().pow(2).mean().sqrt()) if reference.numel() else 0.0
+    allowed = DYNAMO_RULE["multiplier"][low] * m["ref_rmse"] + DYNAMO_RULE["tol"][low] / 10 * rms
+    m["dynamo_rmse_allowed"] = allowed
+    return m["rmse"] <= allowed
+
+
+def judge_groups(dut: dict, reference: dict, lowp: dict, amp: Optional[torch.dtype] = None
+                 ) -> list[Judged]:
+    """Each group's tensors judged by the op policy, and where it fails, by Dynamo's rule
+    (Note [Compiled vs eager under the op standards])."""
     from harness.ops import policy
 
     verdicts: dict[str, dict] = {g: {} for g in GROUPS}
     for name, value in dut.items():
         ref = reference[name]
         verdict, _ = policy.judge(value, ref, lowp.get(name), "relative", normwise(ref))
+        if not verdict.passed and value.is_floating_point() and within_dynamo_rule(
+                verdict, ref, amp or value.dtype):
+            verdict = dataclasses.replace(verdict, passed=True, message="")
+            verdict.metrics["op_standard_failed"] = 1.0
         verdicts[group_of(name)][name] = verdict
     out = []
     for group, judged in verdicts.items():
@@ -247,4 +283,4 @@ def compare_step(model: nn.Module, inputs: tuple, target: torch.Tensor, device, 
             device.synchronize()
     finally:
         backends.reset()
-    return StepResult(backend, judge_groups(dut, reference, lowp), counting)
+    return StepResult(backend, judge_groups(dut, reference, lowp, amp), counting)
