@@ -39,10 +39,12 @@ cancel, and inductor's reordered reductions give them 2-3.5x eager's RMSE agains
 a hair below eager's own (0.979 vs 0.981). Those are correct compilers. A tensor the op
 policy fails is therefore also judged by the rule PyTorch's own compiled-vs-eager
 benchmark uses (``torch._dynamo.utils.same``, the relative standard's second source):
-RMSE against fp64 at most 2x eager's (3x in fp16/bf16) plus ``tol / 10`` of the
-reference's RMS (``tol`` 1e-4, 1e-2 under autocast: :data:`DYNAMO_RULE`); passing that, it
-passes, with ``op_standard_failed`` in its metrics. A wrong lowering is far beyond both:
-``graph.softmax_drift`` is about 1e-3 of the output's RMS. Dropout is off (the compiled and the eager RNG streams differ by design);
+RMSE against fp64 at most 2x eager's (3x in fp16/bf16) plus ``tol / 10`` (``tol`` 1e-4,
+1e-2 under autocast: :data:`DYNAMO_RULE`), absolute as Dynamo has it: SimpleCNN's
+``conv2.bias`` feeds a BatchNorm, so its exact gradient is 0 and any computed value is
+cancellation noise (inductor's 3.7x eager's, 4e-8). Passing that, it passes, with
+``op_standard_failed`` in its metrics. A wrong lowering is far beyond both:
+``graph.softmax_drift`` moves the transformer block's output by about 1e-3. Dropout is off (the compiled and the eager RNG streams differ by design);
 BatchNorm trains (its running statistics are buffers after the step, judged too).
 """
 
@@ -171,8 +173,8 @@ def normwise(reference: torch.Tensor) -> Optional[torch.Tensor]:
 
 DYNAMO_RULE = {"multiplier": (2.0, 3.0), "tol": (1e-4, 1e-2)}
 """``torch._dynamo.utils.same``'s accuracy rule (fp32, fp16/bf16): RMSE against fp64 at
-most ``multiplier`` times eager's plus ``tol / 10`` (here times the reference's RMS, so it
-is relative like every other bar; Note [Compiled vs eager under the op standards])."""
+most ``multiplier`` times eager's plus ``tol / 10`` (Note [Compiled vs eager under the op
+standards])."""
 
 
 def within_dynamo_rule(verdict, reference: torch.Tensor, dtype: torch.dtype) -> bool:
@@ -182,8 +184,7 @@ def within_dynamo_rule(verdict, reference: torch.Tensor, dtype: torch.dtype) -> 
     if "ref_rmse" not in m or m.get("nan_inf_mismatch", 0.0) or m.get("shape_mismatch"):
         return False
     low = dtype in (torch.float16, torch.bfloat16)
-    rms = float(reference.detach().double().pow(2).mean().sqrt()) if reference.numel() else 0.0
-    allowed = DYNAMO_RULE["multiplier"][low] * m["ref_rmse"] + DYNAMO_RULE["tol"][low] / 10 * rms
+    allowed = DYNAMO_RULE["multiplier"][low] * m["ref_rmse"] + DYNAMO_RULE["tol"][low] / 10
     m["dynamo_rmse_allowed"] = allowed
     return m["rmse"] <= allowed
 
