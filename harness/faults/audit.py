@@ -293,4 +293,4 @@ def coverage_problems(nodeids: Iterable[str]) -> list[str]:
 FAULTS = [scope_audit("ops", OPS, OPS_ARGS), scope_audit("training", TRAINING),
           scope_audit("memory", MEMORY), scope_audit("distributed", DISTRIBUTED),
           scope_audit("example", EXAMPLE), scope_audit("model", MODEL, MODEL_ARGS),
-          scope_audit("graph", GRAPH)]
+          scope_audit("graph", GRAPH, ("--run-slow",))]  # guard_fallback is slow

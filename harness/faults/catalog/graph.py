@@ -62,7 +62,8 @@ RECOMPILE_EVERY_CALL = patch_attr(
     "graph.recompile_every_call", family="graph",
     description="torch.nn.functional.layer_norm reads and bumps a module-level counter: "
                 "a guard on it fails at every call, so every call recompiles",
-    target="torch.nn.functional.layer_norm", replace=_recompiling, checks=(RECOMPILES,))
+    target="torch.nn.functional.layer_norm", replace=_recompiling, checks=(RECOMPILES,),
+    pytest_args=("--run-slow",))  # the recompile checks are slow
 
 
 def _softmax_without_max(x, dim=None, *args, **kwargs):
