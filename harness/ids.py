@@ -108,6 +108,13 @@ def model_inventory_record(model: str, op: Optional[str] = None) -> str:
     return f"model/{model}/inventory" + (f"/{op}" if op is not None else "")
 
 
+def graph_record(model: str, dtype: str, backend: str, *what: object) -> str:
+    """``graph/<model>/<dtype>/<backend>/<what>...``: a graph-mode record (``backend``:
+    ``cheap`` or ``device`` for a compiled step, ``dynamo`` for what Dynamo decides whatever
+    compiles: graphs, breaks, recompiles)."""
+    return record("graph", model, dtype, backend, *what)
+
+
 def record(suite: str, subject: object, *rest: object) -> str:
     """``<suite>/<subject>/<dtype>/<variant>/...`` from its parts (each formatted as an
     f-string formats it), checked by :func:`check`: the builder every check without a

@@ -77,6 +77,9 @@ class Kind:
             without ``torch.OutOfMemoryError``, as a regular expression (searched).
         simulator: the module that can stand in for this type without hardware
             (``harness.simnpu``), or None.
+        compile_backends: the ``torch.compile`` backends graph mode uses on it, by name,
+            the first one this stack registers wins (``aot_eager`` where none is:
+            Note [Graph-mode backend] in :mod:`harness.graph.backends`).
     """
 
     type: str
@@ -93,6 +96,7 @@ class Kind:
     fallback_on_stderr: bool
     oom_message: str
     simulator: Optional[str] = None
+    compile_backends: tuple[str, ...] = ("aot_eager",)
 
     @property
     def amp_dtype(self) -> str:
@@ -107,18 +111,18 @@ KINDS: dict[str, Kind] = {
         autocast_type="npu", amp_dtypes=("float16", "bfloat16"), autocast_widens=True,
         legacy_amp="torch_npu.npu.amp", fallback_warning=CPU_FALLBACK_WARNING,
         fallback_on_stderr=True, oom_message=r"NPU out of memory",
-        simulator="harness.simnpu"),
+        simulator="harness.simnpu", compile_backends=("npu",)),  # torchair's, via torch_npu
     "cuda": Kind(
         "cuda", "_probe_cuda", "nccl", "cuda", display="NVIDIA GPU, or AMD via ROCm",
         dispatch_key="CUDA", autocast_type="cuda", amp_dtypes=("float16", "bfloat16"),
         autocast_widens=True, legacy_amp="torch.cuda.amp",
         fallback_warning=CPU_FALLBACK_WARNING, fallback_on_stderr=False,
-        oom_message=r"CUDA (error: )?out of memory"),
+        oom_message=r"CUDA (error: )?out of memory", compile_backends=("inductor",)),
     "xpu": Kind(
         "xpu", "_probe_xpu", "xccl", "torch", display="Intel GPU", dispatch_key="XPU",
         autocast_type="xpu", amp_dtypes=("float16", "bfloat16"), autocast_widens=True,
         legacy_amp=None, fallback_warning=CPU_FALLBACK_WARNING, fallback_on_stderr=False,
-        oom_message=r"XPU out of memory"),
+        oom_message=r"XPU out of memory", compile_backends=("inductor",)),
     "mps": Kind(
         "mps", "_probe_mps", "gloo", "torch", display="Apple GPU", dispatch_key="MPS",
         autocast_type="mps", amp_dtypes=("float16", "bfloat16"), autocast_widens=True,
@@ -128,7 +132,8 @@ KINDS: dict[str, Kind] = {
         "cpu", "_probe_cpu", "gloo", "torch", display="the host CPU", dispatch_key="CPU",
         autocast_type="cpu", amp_dtypes=("bfloat16", "float16"), autocast_widens=False,
         legacy_amp=None, fallback_warning=CPU_FALLBACK_WARNING, fallback_on_stderr=False,
-        oom_message=r"DefaultCPUAllocator: (can't allocate memory|not enough memory)"),
+        oom_message=r"DefaultCPUAllocator: (can't allocate memory|not enough memory)",
+        compile_backends=("inductor",)),
 }
 """Device type -> its row, in ``--device auto`` preference order (the first available
 wins)."""

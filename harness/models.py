@@ -267,3 +267,25 @@ def recommender() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     return Recommender(), (item_ids, torch.tensor([0, 3, 5, 9]), tag_ids,
                            torch.tensor([0, 2, 2, 6]), torch.rand(9, generator=gen) + 0.5,
                            history, torch.randint(0, 40, (4, 5), generator=gen))
+
+
+class BranchyMLP(nn.Module):
+    """An MLP with a data-dependent branch (``if x.sum() > 0:``): Dynamo cannot trace the
+    condition and breaks the graph there (the stand-in for a user's model in the graph
+    checks; ``python -m harness model harness.models:branchy_mlp --compile``)."""
+
+    def __init__(self, width: int = 32, num_classes: int = 4) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(16, width)
+        self.fc2 = nn.Linear(width, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.relu(self.fc1(x))
+        if x.sum() > 0:
+            x = x * 2
+        return self.fc2(x)
+
+
+def branchy_mlp() -> tuple[nn.Module, torch.Tensor]:
+    """BranchyMLP with an 8x16 example batch."""
+    return BranchyMLP(), torch.randn(8, 16)

@@ -93,6 +93,16 @@ OPTIONS: list[tuple[tuple[str, ...], OptionKwargs]] = [
                               help="Input shape(s) for --model, e.g. 8x3x32x32 or "
                                    "8x3x32x32:float16. Default: the factory's example "
                                    "inputs")),
+    (("--graph-backend",), dict(default=None, metavar="NAME",
+                                help="torch.compile backend of the graph family's device "
+                                     "cases: a name Dynamo registers (eager: capture only, "
+                                     "nothing compiled; a run with it is parity's eager side). "
+                                     "Default: the device kind's (harness/kinds.py)")),
+    (("--model-compile",), dict(action="store_true", default=False,
+                                help="Also compile each --model with the device's graph "
+                                     "backend: graphs, breaks, recompiles, the compiled step "
+                                     "vs eager (records graph/<model>/...). Default: "
+                                     "%(default)r")),
 ]
 
 DESTS = tuple(flags[0].lstrip("-").replace("-", "_") for flags, _ in OPTIONS)
@@ -130,6 +140,9 @@ def settings_from(values: Mapping[str, Any], *, root: Path, here: Path,
     if values["model_input"] and not values["model"]:
         raise OptionsError("--model-input gives the input shapes of --model, and no --model "
                            "was given; add --model PKG.MOD:FACTORY or drop --model-input")
+    if values["model_compile"] and not values["model"]:
+        raise OptionsError("--model-compile compiles each --model, and no --model was "
+                           "given; add --model PKG.MOD:FACTORY or drop --model-compile")
     alerts = alerts_paths((here / values["alerts"]).resolve())[0] if values["alerts"] else None
     return Settings(
         device_request=values["device"], baseline_mode=values["baseline"],
@@ -146,4 +159,5 @@ def settings_from(values: Mapping[str, Any], *, root: Path, here: Path,
         fail_on=values["fail_on"], keep_results=values["keep_results"],
         bench_runs=values["bench_runs"],
         models=tuple(values["model"]), model_input=values["model_input"],
+        model_compile=values["model_compile"], graph_backend=values["graph_backend"],
     )

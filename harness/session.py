@@ -69,6 +69,8 @@ class Settings:
     bench_runs: int = 1
     models: tuple[str, ...] = ()
     model_input: Optional[str] = None
+    model_compile: bool = False
+    graph_backend: Optional[str] = None
 
     @property
     def compares(self) -> bool:
@@ -264,7 +266,7 @@ def selection_of(settings: Settings, markexpr: str = "", keyword: str = "",
     """What the run selected, as stored in its results (``RunResults.selection``)."""
     out = {"markexpr": markexpr, "keyword": keyword, "op_filter": settings.op_filter,
            "run_slow": settings.run_slow, "run_benchmarks": settings.run_benchmarks,
-           "args": list(args)}
+           "graph_backend": settings.graph_backend, "args": list(args)}
     return {k: v for k, v in out.items() if v}
 
 

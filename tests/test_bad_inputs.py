@@ -126,6 +126,8 @@ CASES = [
          ("--model", "suites/model", "none is selected")),
     Case("model-input-without-model", "pytest", ("--model-input", "8x3"), 4,
          ("--model-input", "no --model")),
+    Case("model-compile-without-model", "pytest", ("--model-compile",), 4,
+         ("--model-compile", "no --model")),
     Case("model-typo", "pytest", ("--model", "harness.models:simplecnm"), 4,
          ("--model", "no callable 'simplecnm'")),
     Case("baseline-against-with-baseline-off", "pytest",

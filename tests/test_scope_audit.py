@@ -82,7 +82,8 @@ def test_the_audit_fails_a_check_whose_reference_is_outside_and_not_one_inside(p
 
 def test_every_family_has_an_audit_and_each_says_what_it_does_not_list():
     families = {f.family for f in audit.FAULTS}
-    assert families == {"ops", "training", "memory", "distributed", "example", "model"}
+    assert families == {"ops", "training", "memory", "distributed", "example", "model",
+                        "graph"}
     assert set(audit.SUITE_FAMILIES.values()) - families == {"bench"}  # all NOT_NUMERIC
     assert all(reason.strip() for reason in audit.NOT_NUMERIC.values())
     registered = faults.registry()
@@ -149,8 +150,8 @@ def test_every_quick_check_of_a_fast_family_fails_under_its_audit(family):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("family, select", [
-    ("ops", ("-m", "slow")), ("training", ()), ("memory", ()), ("distributed", ())],
-    ids=["ops-slow-checks", "training", "memory", "distributed"])
+    ("ops", ("-m", "slow")), ("training", ()), ("memory", ()), ("distributed", ()),
+    ("graph", ())], ids=["ops-slow-checks", "training", "memory", "distributed", "graph"])
 def test_every_check_of_a_slow_family_fails_under_its_audit(family, select):
     _every_listed_check_fails(registry_fault(family), select)
 

@@ -138,6 +138,9 @@ DISTRIBUTED = (f"{DDP}::test_ddp_matches_single_process[ws2-ddp/float32/plain]",
                f"{PARALLEL}::test_fsdp2_matches_single_process[ws2-fsdp/bf16_mixed]",
                f"{PARALLEL}::test_tensor_parallel_mlp_matches_one_device[ws2-tp/mlp]")
 EXAMPLE = ("suites/example",)
+GRAPH_CHECKS = "suites/graph/test_graph.py"
+GRAPH = (f"{GRAPH_CHECKS}::test_compiled_step_matches_eager[transformer_block-float32-cheap]",
+         f"{GRAPH_CHECKS}::test_guard_failure_falls_back_to_eager[transformer_block]")
 MODEL_CASE = "suites/model/test_model.py::test_model_case"
 MODEL = (MODEL_CASE,)
 MODEL_ARGS = ("--model", "harness.models:sinc_mlp")  # the model suite checks nothing without
@@ -195,6 +198,10 @@ NOT_NUMERIC: dict[str, str] = {
     "suites/distributed/test_dist_multinode.py": "a torchrun launch on loopback (slow); the "
                                                  "same rank programs as test_dist_ddp",
     "suites/bench": "throughput",
+    f"{GRAPH_CHECKS}::test_graphs_and_breaks": "graph and break counts from Dynamo's "
+        "capture, nothing computed (a dispatch mode makes Dynamo skip the frame: 0 graphs)",
+    f"{GRAPH_CHECKS}::test_recompiles_over_three_shapes": "compile counts, nothing "
+        "computed (graph.recompile_every_call proves it)",
     "suites/model/test_model.py::test_model_inventory": "the dispatcher's kernel for each op "
         "on the DUT's dispatch key: a table lookup, nothing computed (passes under the "
         "audit)",
@@ -212,7 +219,7 @@ parameter id (``...[argmax``) exempts those cases of a listed check; the others 
 SUITE_FAMILIES: dict[str, str] = {
     "ops": "ops", "amp": "training", "norm": "training", "optim": "training",
     "memory": "memory", "distributed": "distributed", "example": "example",
-    "model": "model", "bench": "bench"}
+    "model": "model", "bench": "bench", "graph": "graph"}
 """``suites/<folder>`` -> the family whose audit must list its checks (``bench`` has no
 audit: all of it is in :data:`NOT_NUMERIC`)."""
 
@@ -285,4 +292,5 @@ def coverage_problems(nodeids: Iterable[str]) -> list[str]:
 
 FAULTS = [scope_audit("ops", OPS, OPS_ARGS), scope_audit("training", TRAINING),
           scope_audit("memory", MEMORY), scope_audit("distributed", DISTRIBUTED),
-          scope_audit("example", EXAMPLE), scope_audit("model", MODEL, MODEL_ARGS)]
+          scope_audit("example", EXAMPLE), scope_audit("model", MODEL, MODEL_ARGS),
+          scope_audit("graph", GRAPH, ("--run-slow",))]  # guard_fallback is slow

@@ -37,6 +37,12 @@ class ModelReport:
     results: list[OpOutcome]
     cases: int
     seconds: float
+    compiled: Optional[object] = None  # harness.graph.model.CompileReport with --compile
+
+    @property
+    def outcomes(self) -> list[OpOutcome]:
+        """Every record of the check: the cases', then graph mode's (``--compile``)."""
+        return self.results + (list(self.compiled.outcomes) if self.compiled else [])
 
     def counts(self) -> dict[str, int]:
         out = {s: 0 for s in STATUSES}
@@ -52,13 +58,13 @@ class ModelReport:
 
         run = RunResults(fingerprint={"device_type": self.inventory.device_type},
                          records={r.id: Record(r.id, status=r.status, message=r.message)
-                                  for r in self.results})
+                                  for r in self.outcomes})
         return judge(run, None, not_compared="a model check compares with no baseline")
 
     @property
     def ok(self) -> bool:
         return self.inventory.will_run and self.judged().level == "GO" and not any(
-            r.status == "unsupported" for r in self.results)
+            r.status == "unsupported" for r in self.outcomes)
 
     def text(self, limit: int = 15) -> str:
         c = self.capture
@@ -83,6 +89,8 @@ class ModelReport:
                 lines.append(f"              {detail or first}"[:160])
         if len(bad) > limit:
             lines.append(f"  ... and {len(bad) - limit} more (--json lists all)")
+        if self.compiled is not None:
+            lines.append(self.compiled.text())
         lines.append("verdict: " + self.verdict())
         return "\n".join(lines)
 
@@ -93,11 +101,12 @@ class ModelReport:
         if judged.nothing_checked:
             return f"NO-GO ({judged.reasons[0]})"
         if self.ok:
-            return "GO: every captured call runs and matches the CPU reference"
+            return "GO: every captured call runs and matches the CPU reference" + (
+                "; the compiled step matches eager" if self.compiled is not None else "")
         harness = sum(1 for r in self.results if r.info.get("harness_error"))
         if not harness:
             return "NO-GO: see the failing cases and ops above"
-        device = sum(1 for r in self.results if r.status in ("fail", "error", "unsupported")
+        device = sum(1 for r in self.outcomes if r.status in ("fail", "error", "unsupported")
                      and not r.info.get("harness_error"))
         return (f"NO-GO: {harness} record(s) are harness errors, not the device's (the "
                 f"replay of a captured call; see above); {device} failing record(s) are the "
@@ -108,13 +117,14 @@ class ModelReport:
                 "cases": self.cases, "seconds": round(self.seconds, 2),
                 "counts": self.counts(), "ok": self.ok,
                 "verdict": self.judged().to_json(),
-                "records": [r.to_json() for r in self.results]}
+                "records": [r.to_json() for r in self.outcomes],
+                **({"compile": self.compiled.to_json()} if self.compiled is not None else {})}
 
 
 def check(factory: str, device, *, inputs: Optional[Sequence[TensorSpec]] = None,
           target: Optional[TensorSpec] = None, amp: Optional[str] = None,
           optimizer: str = "sgd", seed: int = 0, run_cases: bool = True,
-          stack_id: str = "") -> ModelReport:
+          stack_id: str = "", compile: bool = False) -> ModelReport:
     """Load, capture (on the CPU), build and run every case on ``device``, inventory it."""
     spec = load_factory(factory, inputs, target, seed=seed)
     try:  # on the CPU: a failure here is the model or its inputs, not the DUT
@@ -137,7 +147,28 @@ def check(factory: str, device, *, inputs: Optional[Sequence[TensorSpec]] = None
     seconds = time.perf_counter() - start
     fell = [op for r in results for op in r.fallback]
     inv = inventory(capture, device.type, stack_id=stack_id, fallback_ops=fell)
-    return ModelReport(capture, inv, results, len(built), seconds)
+    compiled = compile_model(factory, inputs, target, device, amp, seed) if compile else None
+    return ModelReport(capture, inv, results, len(built), seconds, compiled)
+
+
+def compile_model(factory: str, inputs, target, device, amp: Optional[str] = None,
+                  seed: int = 0):
+    """Graph mode on a fresh copy of the model (the capture trained its own one step)."""
+    import torch
+
+    from harness.graph.model import compile_check
+    from harness.model.spec import make_target
+
+    spec = load_factory(factory, inputs, target, seed=seed)
+    loss_target = spec.target
+    if loss_target is None:  # drawn as the capture draws it (Note in harness/model/capture.py)
+        with torch.no_grad():
+            output = spec.module(*spec.inputs)
+        from harness.model.capture import _first_output
+
+        gen = torch.Generator().manual_seed(seed + 2)
+        loss_target = make_target(_first_output(output), spec.target_spec, gen)
+    return compile_check(spec, loss_target, device, amp=parse_amp(amp), seed=seed)
 
 
 # --------------------------------------------------------------------------- CLI
@@ -156,7 +187,7 @@ def main(args: argparse.Namespace) -> int:
         device, _ = select(args.device)
         report = check(args.factory, device, inputs=inputs, target=target, amp=args.amp,
                        optimizer=args.optimizer, seed=args.seed, run_cases=not args.no_cases,
-                       stack_id=fingerprint(device).get("stack_id", ""))
+                       stack_id=fingerprint(device).get("stack_id", ""), compile=args.compile)
     except (SpecError, faults.FaultError, DeviceUnavailable) as exc:
         print(f"error: {exc}")
         return 2

@@ -31,6 +31,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", **kinds.device_option())
     parser.add_argument("--seed", default=0, type=int, metavar="N",
                         help="Seed of weights, inputs and cases. Default: %(default)r")
+    parser.add_argument("--compile", action="store_true",
+                        help="Also compile the model with the device's graph backend: graphs, "
+                             "breaks (reason, your file:line), recompiles, the compiled step "
+                             "vs eager (docs/graph.md)")
     parser.add_argument("--no-cases", action="store_true",
                         help="Capture and inventory only; run no case")
     parser.add_argument("--inject-fault", action="append", default=[], metavar="NAME",

@@ -31,6 +31,15 @@ every rule a check stores and its baselines' history. Parity answers another que
 (will training behave here as it did there?) with looser, cross-device thresholds, so
 comparing one device with itself through it would hide what a baseline comparison shows;
 it is refused with a pointer to the ordinary compare.
+
+One pair of one device type is a migration too: from eager to graph mode. A run whose
+graph family compiled with another backend (``--graph-backend``, stored in the run's
+``selection``) than the other run's is the other side of that question (will training
+behave compiled as it did eager?), so two runs of one device type are compared when their
+graph backends differ (:func:`mode_of`): ``--graph-backend eager`` (capture only, the eager
+kernels) against the device kind's backend. Their ``graph/...`` records share ids (the
+backend is in each record's ``info``), every other record of the two runs measured the
+same eager computation.
 """
 
 from __future__ import annotations
@@ -97,16 +106,23 @@ def side_of(run: RunResults, path: str) -> RunSide:
                    fingerprint=dict(fp))
 
 
+def mode_of(run: RunResults) -> str:
+    """The graph backend a run's graph family compiled with (``--graph-backend``); empty for
+    the device kind's own (Note [Parity is between device types])."""
+    return str((run.selection or {}).get("graph_backend") or "")
+
+
 def check_pair(reference: RunResults, here: RunResults) -> None:
-    """Raise :class:`ParityError` for a pair of one device type (Note [Parity is between
-    device types])."""
+    """Raise :class:`ParityError` for a pair of one device type and one graph backend (Note
+    [Parity is between device types])."""
     a, b = reference.fingerprint.get("device_type"), here.fingerprint.get("device_type")
-    if a == b:
+    if a == b and mode_of(reference) == mode_of(here):
         raise ParityError(
             f"both runs measured device type {a!r}: parity compares two device types (e.g. "
             "cuda -> npu). To compare runs of one device, use the ordinary comparison: "
             "`python -m harness report HERE.json --against REFERENCE.json` (or `python -m "
-            "harness baseline diff REFERENCE HERE`)")
+            "harness baseline diff REFERENCE HERE`); for eager vs graph mode on one device, "
+            "run the reference with --graph-backend eager")
 
 
 # ------------------------------------------------------------------------------ main
@@ -148,6 +164,12 @@ def notes(reference: RunResults, here: RunResults) -> list[str]:
 
     out = [n.replace("the baseline", "the reference run")
            for n in comparability(here, reference) if not n.startswith("different device types")]
+    if mode_of(reference) != mode_of(here):
+        default = "the device kind's"
+        out.append(f"graph backends: the reference run {mode_of(reference) or default}, "
+                   f"this run {mode_of(here) or default} (graph mode vs eager: "
+                   "the graph/ records differ in what compiled, every other record measured "
+                   "the same eager computation)")
     if reference.faults:
         out.append(f"FAULTS INJECTED in the reference run: {', '.join(reference.faults)} (it "
                    "measured the faults, not the reference device)")

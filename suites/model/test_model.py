@@ -9,6 +9,8 @@ repeatable) captures one training step of each model on the CPU
   ``model/<model>/<op>/<digest>/<fwd|bwd>``.
 * ``test_model_inventory[<model>]``: the dispatcher's view of every op on the DUT's key;
   records ``model/<model>/inventory/<op>`` (``pass``, ``fallback``, ``unsupported``).
+* ``test_model_compile[<model>]`` (with ``--model-compile``): graph mode on the model
+  (:mod:`harness.graph.model`); records ``graph/<model>/...``.
 
 Without ``--model`` nothing is generated: the default run stays as fast as it was.
 """
@@ -68,7 +70,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         if name == "test_model_case":
             params += [pytest.param(factory, (case, empty), id=case.param_id)
                        for case in cases]
-        elif name == "test_model_inventory":
+        elif name in ("test_model_inventory", "test_model_compile"):
             params.append(pytest.param(factory, (capture, empty), id=capture.model))
     metafunc.parametrize(("factory", "subject"), params)
 
@@ -122,3 +124,22 @@ def test_model_inventory(factory, subject, device, results, settings, harness_st
                        metrics={"calls": float(op.calls)}, message=message,
                        info={"kernel": op.kernel, "phases": op.phases})
     print(inv.text())
+
+
+def test_model_compile(factory, subject, device, results, settings):
+    """``--model-compile``: the model compiled with the device's graph backend: graphs,
+    breaks, recompiles, the compiled step vs eager (records ``graph/<model>/...``)."""
+    from harness.model.check import compile_model
+    from harness.model.spec import parse_tensor_specs
+
+    _capture_failed(subject, factory)
+    capture, empty = subject
+    if empty:
+        pytest.skip(empty)
+    specs = parse_tensor_specs(settings.model_input, source="--model-input") \
+        if settings.model_input else None
+    report = compile_model(factory, specs, None, device, seed=settings.seed)
+    for outcome in report.outcomes:
+        outcome.record(results, reproduce_args=_reproduce_args(settings, factory)
+                       + " --model-compile")
+    print(report.text())
