@@ -402,4 +402,4 @@ def collect(work: Path, phases: Sequence[Phase], runs: int, *, root: Path, devic
 
 
 def _kept(out: Path) -> bool:
-    return out.is_dir() and any(out.glob("*.json"))
+    return out.is_dir() and bool(results_files(out))
