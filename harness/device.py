@@ -244,8 +244,8 @@ def explain_npu_import_error(exc: BaseException) -> str:
     if "cannot open shared object file" in text or re.search(r"lib(hccl|ascend|acl|ge_)", text):
         return (f"torch_npu is installed but CANN's libraries are not on the library path "
                 f"({text}); source the CANN environment first: "
-                "`source /usr/local/Ascend/ascend-toolkit/set_env.sh` (or "
-                "$ASCEND_TOOLKIT_HOME/set_env.sh)")
+                "`source /usr/local/Ascend/cann/set_env.sh` (CANN >= 8.5) or "
+                "`source /usr/local/Ascend/ascend-toolkit/set_env.sh` (older)")
     if "version" in text.lower() and "torch" in text.lower():
         return (f"torch_npu refuses this torch ({text}); install the torch_npu build made for "
                 f"torch {torch.__version__}")

@@ -50,8 +50,9 @@ def check_import_torch(probe: Callable[[], tuple[bool, str]] = probe_import_torc
         return Check(FAIL, "torch", f"import torch fails: {text}. torch >= 2.5 autoloads "
                        "installed device backends, so a torch_npu that cannot load (CANN not "
                        "sourced, or built for another torch) breaks `import torch` itself",
-                       "source CANN's set_env.sh (e.g. `source /usr/local/Ascend/ascend-toolkit/"
-                       "set_env.sh`), or install the torch_npu matching this torch; to use the "
+                       "source CANN's set_env.sh (`source /usr/local/Ascend/cann/set_env.sh` "
+                       "for CANN >= 8.5, `source /usr/local/Ascend/ascend-toolkit/set_env.sh` "
+                       "before), or install the torch_npu matching this torch; to use the "
                        "CPU meanwhile, export TORCH_DEVICE_BACKEND_AUTOLOAD=0")
     return Check(FAIL, "torch", f"import torch fails: {text}",
                    "reinstall torch for this Python (pip install torch==<your version>)")
@@ -67,10 +68,15 @@ def check_cann_env(env: Optional[dict] = None) -> Check:
     if home:
         return Check(WARN, "CANN environment", f"ASCEND_TOOLKIT_HOME={home} but its lib64 is "
                        "not on LD_LIBRARY_PATH", f"source {home}/set_env.sh")
-    if os.path.isdir("/usr/local/Ascend"):
+    from harness import stack
+
+    script = stack.set_env_script(env)
+    if script or os.path.isdir("/usr/local/Ascend"):
         return Check(WARN, "CANN environment", "/usr/local/Ascend exists but CANN's "
                        "environment is not sourced",
-                       "source /usr/local/Ascend/ascend-toolkit/set_env.sh")
+                       f"source {script}" if script else "source CANN's set_env.sh: "
+                       "/usr/local/Ascend/cann/set_env.sh (CANN >= 8.5) or "
+                       "/usr/local/Ascend/ascend-toolkit/set_env.sh (older)")
     return Check(OK, "CANN environment", "not present (only needed for Ascend NPUs)")
 
 
