@@ -116,7 +116,8 @@ def check_hccl_timeouts(dist_timeout: float, device: str = "auto",
         return []
     status = {"ok": OK, "warn": WARN, "fail": FAIL}
     return [Check(status[s], "hccl timeout", detail, fix)
-            for s, detail, fix in hccl.timeout_findings(dist_timeout, env)]
+            for s, detail, fix in hccl.timeout_findings(dist_timeout, env,
+                                                        rank_table=bool(rank_table))]
 
 
 def run_checks(device: str = "auto", baseline_dir=None, *,
