@@ -133,6 +133,7 @@ def run_checks(device: str = "auto", baseline_dir=None, *,
     findings.append(check_cann_env())
     findings += check_rank_table(rank_table)
     findings += check_hccl_timeouts(dist_timeout, device, rank_table=rank_table)
+    findings += check_fallback_channel(device)
     if torch_finding.status == FAIL:
         return findings, False
 
@@ -196,10 +197,48 @@ def _baseline_finding(fp: dict, baseline_dir) -> Check:
                    f"{selection.reason})")
 
 
+def check_fallback_channel(device: str = "auto", env: Optional[dict] = None) -> list[Check]:
+    """Whether torch_npu would print its CPU-fallback warning here (Note [Fallback warnings
+    reach stderr only] in harness/simnpu/simnpu.cpp): not under TORCH_NPU_WARNING_DISABLE=1
+    (or the deprecated TORCH_NPU_DISABLED_WARNING=1), nor where RANK is not 0; the
+    suite sees a fallback only through that warning. For a CANN device, or when set."""
+    from harness.kinds import KINDS
+
+    env = os.environ if env is None else env
+    kind = KINDS.get(device)
+    names = ("TORCH_NPU_WARNING_DISABLE", "TORCH_NPU_DISABLED_WARNING")
+    if not (kind is not None and kind.stack_prefix == "cann" or any(n in env for n in names)):
+        return []
+    disabled = next((n for n in names if env.get(n, "").strip() == "1"), None)
+    if disabled:
+        return [Check(FAIL, "fallback warnings", f"{disabled}=1: torch_npu prints no "
+                      "warning, so no CPU fallback is seen and every op that runs on the host "
+                      "passes as if it ran on the NPU", f"unset {disabled}")]
+    rank = env.get("RANK", "").strip()
+    if rank and rank != "0":
+        return [Check(WARN, "fallback warnings", f"RANK={rank}: torch_npu prints its "
+                      "warnings only where RANK is unset or 0, so this process sees no CPU "
+                      "fallback (the distributed family's ranks are handled: Note [Fallbacks "
+                      "on every rank])", "unset RANK for a single-device run")]
+    return [Check(OK, "fallback warnings", "torch_npu's CPU-fallback warning reaches stderr "
+                  "(TORCH_NPU_WARNING_DISABLE unset, RANK unset or 0)")]
+
+
 def main(device: str = "auto", as_json: bool = False, baseline_dir=None,
-         rank_table: Optional[str] = None, dist_timeout: float = 120.0) -> int:
+         rank_table: Optional[str] = None, dist_timeout: float = 120.0,
+         deep: bool = False, fault: Optional[str] = None) -> int:
     findings, usable = run_checks(device, baseline_dir, rank_table=rank_table,
                                   dist_timeout=dist_timeout)
+    if deep and usable:
+        from harness import deep as deep_mod
+        from harness import device as device_mod
+
+        wanted = device if device != "auto" else device_mod.select("auto")[0].type
+        count = device_mod.probe(wanted).count
+        status = {"ok": OK, "warn": WARN, "fail": FAIL, "--": NA}
+        findings += [Check(status[s], f"deep: {topic}", detail, fix) for s, topic, detail, fix
+                     in deep_mod.deep_checks(wanted, count, fault=fault,
+                                             dist_timeout=dist_timeout)]
     failed = [f for f in findings if f.status == FAIL]
     if as_json:
         print(json.dumps({"device": device, "usable": usable,
