@@ -419,10 +419,10 @@ def judge_skew(outcome, *, expect_complete: bool) -> Optional[DistVerdict]:
     returning nor a watchdog ending (the caller records that as the problem it is)."""
     if outcome.ok:
         return _judge_returned(outcome.values, expect_complete=expect_complete)
-    ended = watchdog_ended(outcome)
-    if not ended:
-        return None
+    ended = [r for r in watchdog_ended(outcome) if r in outcome.errors or r in outcome.hung]
     notes = outcome.notes
+    if not ended or outcome.not_reached or not any("skew" in n for n in notes.values()):
+        return None  # not this sub-check's ending (an earlier one's, a crash, a hang)
     any_note = next((n for n in notes.values() if "skew" in n), {})
     skew, timeout = any_note.get("skew", 0.0), any_note.get("timeout", 0.0)
     backend, scheduled = any_note.get("backend", "?"), any_note.get("late_rank")

@@ -396,6 +396,7 @@ def install_cann_files(version: str, root) -> "Path":
             f"os=linux\npath={home / arch}\n",
         **{home / part / "version.info": f"Version={version}\n"
            for part in ("runtime", "compiler", "hccl", "opp")},
+        prefix / "driver" / "version.info": f"Version={DRIVER_VERSION}\n",
     }
     for path, text in files.items():
         if not path.is_file() or path.read_text() != text:
@@ -405,4 +406,5 @@ def install_cann_files(version: str, root) -> "Path":
             os.replace(partial, path)
     for name in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME"):
         os.environ.setdefault(name, str(home))
+    os.environ.setdefault("ASCEND_DRIVER_PATH", str(prefix / "driver"))
     return home

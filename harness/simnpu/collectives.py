@@ -44,6 +44,7 @@ from __future__ import annotations
 import datetime as _dt
 import inspect
 import os
+import re
 from typing import Optional
 
 import torch
@@ -167,6 +168,12 @@ def exec_timeout(timeout: _dt.timedelta) -> _dt.timedelta:
     return min(timeout, _dt.timedelta(seconds=seconds)) if seconds > 0 else timeout
 
 
+_WORK_FAILED = re.compile(r"timed out|timeout|connection (closed|reset)|broken pipe|"
+                          r"peer|closed by", re.IGNORECASE)
+"""What gloo says when a started collective failed in HCCL's sense (it waited too long, or a
+peer left): the errors torch_npu's watchdog acts on (Note [The simulated HCCL])."""
+
+
 def npu_warn(text: str) -> None:
     """A torch_npu warning as ``TORCH_NPU_WARN`` prints it: a line on stderr, only where
     RANK is unset or 0 and TORCH_NPU_WARNING_DISABLE is not 1 (Note [Fallback warnings
@@ -269,7 +276,10 @@ class HostCollectives(dist.ProcessGroup):
         try:
             work.wait()
         except RuntimeError as exc:
-            if not self.fidelity or not async_error_handling():
+            # a refused argument (gloo's dtype checks) is HCCL's synchronous error, raised
+            # to the caller; a timeout, or a peer gone, is a failed work: the watchdog's
+            if (not self.fidelity or not async_error_handling()
+                    or not _WORK_FAILED.search(str(exc))):
                 raise
             ms = int(self.timeout.total_seconds() * 1000)
             os.write(2, (f"[E SimNPU] [Rank {self.rank()}] Watchdog caught collective operation "
