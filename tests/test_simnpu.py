@@ -206,7 +206,7 @@ _PROBE = textwrap.dedent(r"""
     except TypeError as exc:
         out["int_fraction"] = str(exc)
     import torch_npu
-    out["cann_api"] = [torch_npu.npu.utils.get_cann_version(), 
+    out["cann_api"] = [torch_npu.npu.utils.get_cann_version(),
                        torch_npu.npu.utils.get_cann_version("NOT_A_MODULE")]
     npu_scaler = torch_npu.npu.amp.GradScaler(init_scale=2.0 ** 8, dynamic=True)
     p2 = torch.nn.Parameter(torch.ones(4, device="npu"))
@@ -305,15 +305,15 @@ def _channel(env: dict) -> dict:
                        **extra)
             for name, extra in {"rank0": {}, "rank1": {"RANK": "1", "HARNESS_SIMNPU_CANN": "9.0.0"},
                                 "disabled": {"TORCH_NPU_WARNING_DISABLE": "1"}}.items()}
-    lazy = _run(["-c", textwrap.dedent("""
+    lazy = _run(["-c", f"TESTS = {str(ROOT / 'tests')!r}\n" + textwrap.dedent("""
         import json
         from harness.device import select
         from harness.distributed import SubCheck, launch
         result = launch([SubCheck.of("simnpu_ranks:late_first_collective", name="late")], 2,
-                        select("npu")[0], timeout=60, env={"PYTHONPATH": %r})
+                        select("npu")[0], timeout=60, env={"PYTHONPATH": TESTS})
         out = result.outcome("late")
         print("LAZY-JSON " + json.dumps([out.ok, out.values, out.problem()[:2000]]))
-    """ % str(ROOT / "tests"))], base=env, HARNESS_SIMNPU_DEVICES="2")
+    """)], base=env, HARNESS_SIMNPU_DEVICES="2")
     return {"runs": runs, "lazy": lazy}
 
 

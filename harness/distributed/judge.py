@@ -435,7 +435,7 @@ def judge_skew(outcome, *, expect_complete: bool) -> Optional[DistVerdict]:
     variable = timeout_variable(backend, timeout, any_note.get("exec_timeout"))
     diagnosis = (f"the all_reduce timed out and the {backend} watchdog ended ranks {ended} "
                  f"(\"{WATCHDOG_WORDS[0]}\"): rank {late} was late ("
-                 + (f"never entered it; " if missing else f"entered {arrival:.1f} s after "
+                 + ("never entered it; " if missing else f"entered {arrival:.1f} s after "
                                                           "the first; ")
                  + f"scheduled skew {skew:g} s) beyond the {timeout:g} s timeout; raise "
                  f"{variable} above the ranks' skew")

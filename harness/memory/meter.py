@@ -39,7 +39,6 @@ from harness.device import Unsupported, storage_lifetime_unsupported
 from harness.memory import oom
 from harness.memory.tracker import StorageTracker
 
-
 # Note [The cap is on reserved memory]
 # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 # torch_npu's set_per_process_memory_fraction(f) sets allowed_memory_maximum = f * total,

@@ -368,7 +368,7 @@ def make_torch_npu(npu: types.ModuleType, cann: str) -> types.ModuleType:
     return fake
 
 
-def install_cann_files(version: str, root) -> "Path":
+def install_cann_files(version: str, root):
     """A simulated CANN install of ``version`` under ``root`` (the simulator's cache): the
     files a real one leaves, in its release's layout, so the harness's file fallback reads
     them as on hardware: ``ascend-toolkit/latest/`` before CANN 8.5.0, ``cann/`` since
