@@ -165,10 +165,11 @@ _PROBE = textwrap.dedent(r"""
         "sdpa_cpu_kernel": "aten::_scaled_dot_product_flash_attention_for_cpu" in ran,
     }
     del result
+    huge = torch.randn(6 << 20, device="npu")  # 24 MiB: fits no 20 MiB segment's space
     dev.empty_cache()
     dev.cap(dev.reserved() + (1 << 20))
     try:
-        torch.exp(big)
+        torch.exp(huge)
         out["adopted_oom"] = None
     except dev.oom_error as exc:
         out["adopted_oom"] = str(exc).splitlines()[0]
@@ -191,15 +192,6 @@ _PROBE = textwrap.dedent(r"""
     timer.start(); torch.exp(x); timer.stop()
     out["timer_ms"] = timer.elapsed_ms()
     # fidelity mode (docs/simnpu.md): torch_npu's allocator, fraction, CANN API, scaler
-    torch.npu.empty_cache()
-    base, base_reserved = dev.allocated(), dev.reserved()
-    small = torch.empty(100, dtype=torch.uint8, device="npu")
-    out["fidelity_alloc"] = {"small_block": dev.allocated() - base,
-                             "reserved_grew": dev.reserved() - base_reserved}
-    del small
-    out["fidelity_alloc"]["cached_after_free"] = dev.reserved() - base_reserved
-    torch.npu.empty_cache()
-    out["fidelity_alloc"]["after_empty_cache"] = dev.reserved() - base_reserved
     try:
         torch.npu.set_per_process_memory_fraction(1)
         out["int_fraction"] = None
@@ -287,11 +279,17 @@ _CHANNEL = textwrap.dedent(r"""
     import json, torch
     from harness import device as device_mod, stack
     dev = device_mod.select("npu")[0]
+    small = torch.empty(100, dtype=torch.uint8, device="npu")  # the process's first block
+    alloc = {"small_block": dev.allocated(), "reserved": dev.reserved()}
+    del small
+    alloc["cached_after_free"] = dev.reserved()
+    torch.npu.empty_cache()
+    alloc["after_empty_cache"] = dev.reserved()
     torch.sort(torch.randn(8, device="npu"))
     import torch_npu
     fp = stack.fingerprint(dev)
     print("CHANNEL-JSON " + json.dumps([torch_npu.npu.utils.get_cann_version(), fp["cann"],
-                                        fp["cann_components"].get("source")]))
+                                        fp["cann_components"].get("source"), alloc]))
 """)
 
 
@@ -396,8 +394,8 @@ def test_fidelity_allocator_pads_rounds_and_reserves_segments(observed):
     """Note [Fidelity allocator] (simnpu.cpp): 100 bytes take a 512-byte block (100 + 32,
     rounded) in a fresh 2 MiB small segment, which stays reserved (cached) after the free
     until empty_cache; the memory fraction takes a float only."""
-    alloc = observed["fidelity_alloc"]
-    assert alloc == {"small_block": 512, "reserved_grew": 2 << 20,
+    alloc = _tagged(early.result(CHANNEL)["runs"]["rank0"], "CHANNEL-JSON")[3]
+    assert alloc == {"small_block": 512, "reserved": 2 << 20,
                      "cached_after_free": 2 << 20, "after_empty_cache": 0}
     assert "must be `float`" in observed["int_fraction"]
 
@@ -503,7 +501,7 @@ def test_fallback_warning_reaches_stderr_only_on_rank_0_and_unless_disabled():
 
 @needs_compiler
 def test_cann_9_answers_the_api_and_installs_under_cann():
-    api, cann, source = _tagged(early.result(CHANNEL)["runs"]["rank1"], "CHANNEL-JSON")
+    api, cann, source, _ = _tagged(early.result(CHANNEL)["runs"]["rank1"], "CHANNEL-JSON")
     assert api == "9.0.0" and cann == "9.0.0"
     assert source == "torch_npu.npu.utils.get_cann_version"
     assert (simnpu.cache_root() / "Ascend" / "9.0.0" / "cann" / "set_env.sh").is_file()
