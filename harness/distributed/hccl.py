@@ -162,17 +162,11 @@ def rank_table_problems(table: Any) -> list[Problem]:
     super_ids: dict[str, dict] = {}
     if super_pods:
         problems += _super_pod_problems(table, servers, pod_of)
-    for s, server in enumerate(servers):
-        where = f"server_list[{s}]"
-        if not isinstance(server, dict):
-            problems.append(Problem(where, "is not an object", "each server is an object "
-                                    "with server_id and device"))
-            continue
-        sid = server.get("server_id")
-        if not isinstance(sid, str) or not sid.strip():
-            problems.append(Problem(f"{where}.server_id", f"is {sid!r}", "give the server's "
-                                    "host IP as server_id"))
-        else:
+    for where, server in _objects(servers, "server_list", "each server is an object with "
+                                  "server_id and device", problems):
+        sid = _named(server, "server_id", where, "give the server's host IP as server_id",
+                     problems)
+        if sid is not None:
             _once(server_ids, sid, f"{where}.server_id", problems,
                   "each server appears once; merge the two entries or correct the IP")
         devices = server.get("device")
@@ -182,12 +176,8 @@ def rank_table_problems(table: Any) -> list[Problem]:
                                     "rank_id)"))
             continue
         device_ids: dict[int, str] = {}
-        for d, entry in enumerate(devices):
-            here = f"{where}.device[{d}]"
-            if not isinstance(entry, dict):
-                problems.append(Problem(here, "is not an object", "each device has "
-                                        "device_id, device_ip and rank_id"))
-                continue
+        for here, entry in _objects(devices, f"{where}.device", "each device has device_id, "
+                                    "device_ip and rank_id", problems):
             device_id = _int(entry.get("device_id"))
             if device_id is None:
                 problems.append(Problem(f"{here}.device_id", f"is {entry.get('device_id')!r}, "
@@ -253,16 +243,11 @@ def _super_pod_problems(table: dict, servers: list, pod_of: dict) -> list[Proble
                         "\"server_list\": [{\"server_id\": ...}]}, or use version 1.0 "
                         "without super nodes")]
     pod_ids: dict[str, str] = {}
-    for i, pod in enumerate(pods):
-        where = f"super_pod_list[{i}]"
-        if not isinstance(pod, dict):
-            problems.append(Problem(where, "is not an object", "each super node is an "
-                                    "object with super_pod_id and server_list"))
-            continue
-        pid = pod.get("super_pod_id")
-        if not isinstance(pid, str) or not pid.strip():
-            problems.append(Problem(f"{where}.super_pod_id", f"is {pid!r}", "give each super "
-                                    'node an id, e.g. "super_pod_id": "0"'))
+    for where, pod in _objects(pods, "super_pod_list", "each super node is an object with "
+                               "super_pod_id and server_list", problems):
+        pid = _named(pod, "super_pod_id", where, 'give each super node an id, e.g. '
+                     '"super_pod_id": "0"', problems)
+        if pid is None:
             continue
         _once(pod_ids, pid, f"{where}.super_pod_id", problems, "each super node appears "
               "once; merge the entries")
@@ -289,6 +274,25 @@ def _super_pod_problems(table: dict, servers: list, pod_of: dict) -> list[Proble
                                 "add the server's server_id to its super node's "
                                 "server_list"))
     return problems
+
+
+def _objects(items: list, name: str, fix: str, problems: list):
+    """``(where, item)`` for each object of ``items`` (``name[i]``); a problem for each
+    item that is not one."""
+    for i, item in enumerate(items):
+        if isinstance(item, dict):
+            yield f"{name}[{i}]", item
+        else:
+            problems.append(Problem(f"{name}[{i}]", "is not an object", fix))
+
+
+def _named(entry: dict, key: str, where: str, fix: str, problems: list) -> Optional[str]:
+    """``entry[key]`` when it is a non-empty string; else None and a problem naming it."""
+    value = entry.get(key)
+    if isinstance(value, str) and value.strip():
+        return value
+    problems.append(Problem(f"{where}.{key}", f"is {value!r}", fix))
+    return None
 
 
 def _once(seen: dict, key, where: str, problems: list, fix: str) -> None:
