@@ -28,7 +28,8 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     from harness import doctor
 
     return doctor.main(device=args.device, as_json=args.json, baseline_dir=args.baseline_dir,
-                       rank_table=args.rank_table, dist_timeout=args.dist_timeout)
+                       rank_table=args.rank_table, dist_timeout=args.dist_timeout,
+                       deep=args.deep, fault=args.stack_fault)
 
 
 # -------------------------------------------------------------------------- baseline
@@ -562,6 +563,12 @@ def _report_outputs(parser: argparse.ArgumentParser) -> None:
                         help="Groups printed on the terminal. Default: 10")
 
 
+def _stack_faults() -> list[str]:
+    from harness.deep import STACK_FAULTS
+
+    return list(STACK_FAULTS)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -578,6 +585,13 @@ def build_parser() -> argparse.ArgumentParser:
                         type=argtypes.seconds_up_to(argtypes.DAY),
                         help="The distributed timeout the run will use, to compare the "
                              "HCCL_* timeouts with. Default: %(default)r")
+    doctor.add_argument("--deep", action="store_true",
+                        help="Also try every assumption the suite makes about the stack on "
+                             "the device (under 2 min; harness/deep.py)")
+    doctor.add_argument("--stack-fault", default=None, metavar="NAME",
+                        choices=sorted(_stack_faults()),
+                        help="With --deep: probe a deliberately broken stack "
+                             f"({', '.join(sorted(_stack_faults()))}). Default: none")
     doctor.set_defaults(func=_cmd_doctor)
 
     baseline = sub.add_parser("baseline", help="List, show or diff stored baselines")

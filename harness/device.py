@@ -244,8 +244,8 @@ def explain_npu_import_error(exc: BaseException) -> str:
     if "cannot open shared object file" in text or re.search(r"lib(hccl|ascend|acl|ge_)", text):
         return (f"torch_npu is installed but CANN's libraries are not on the library path "
                 f"({text}); source the CANN environment first: "
-                "`source /usr/local/Ascend/ascend-toolkit/set_env.sh` (or "
-                "$ASCEND_TOOLKIT_HOME/set_env.sh)")
+                "`source /usr/local/Ascend/cann/set_env.sh` (CANN >= 8.5) or "
+                "`source /usr/local/Ascend/ascend-toolkit/set_env.sh` (older)")
     if "version" in text.lower() and "torch" in text.lower():
         return (f"torch_npu refuses this torch ({text}); install the torch_npu build made for "
                 f"torch {torch.__version__}")
@@ -515,6 +515,25 @@ class Device:
             return int(self.module.current_allocated_memory())  # torch.mps: no index
         return None
 
+    def reserved(self) -> Optional[int]:
+        """Bytes the caching allocator holds in segments (``memory_reserved``), or None
+        where the device does not say: what the memory fraction caps on torch_npu and
+        CUDA (Note [The cap is on reserved memory] in :mod:`harness.memory.meter`)."""
+        if self.has_allocator_stats and hasattr(self.module, "memory_reserved"):
+            return int(self.module.memory_reserved(self.index))
+        return None
+
+    @property
+    def reserves_segments(self) -> bool:
+        """Whether the allocator reserves memory in segments beyond the blocks in use
+        (torch_npu's and CUDA's caching allocators; SimNPU in fidelity mode), so that a
+        memory fraction caps segments, not bytes."""
+        if not self.has_allocator_stats or not hasattr(self.module, "memory_reserved"):
+            return False
+        if self.simulated:
+            return bool(importlib.import_module(self.kind.simulator).fidelity())
+        return True
+
     def total_memory(self) -> Optional[int]:
         if self.module is not None and hasattr(self.module, "get_device_properties"):
             return int(self.module.get_device_properties(self.index).total_memory)
@@ -644,17 +663,41 @@ class Device:
                     + (f": {said}" if said else "") + ")")
         return None
 
-    def grad_scaler(self, **kwargs):
-        """A GradScaler for this device (``torch.amp`` first, vendor module fallback).
+    def grad_scaler(self, api: Optional[str] = None, **kwargs):
+        """A GradScaler for this device (``torch.amp`` first, vendor module fallback);
+        ``api`` names one of :meth:`grad_scaler_apis` instead (``"torch_npu.npu.amp"``).
 
         Raises :class:`Unsupported` when this stack has none for this device (Note
         [Missing features of older stacks]); ``enabled=False`` always works.
         """
+        if api not in (None, "torch.amp"):
+            if api != self.vendor_grad_scaler():
+                raise Unsupported(f"{self.type} has no {api}.GradScaler here (it has "
+                                  f"{', '.join(self.grad_scaler_apis())})")
+            return importlib.import_module(api).GradScaler(**kwargs)
         if kwargs.get("enabled", True):
             reason = self.grad_scaler_unsupported()
             if reason is not None:
                 raise Unsupported(reason)
         return self._grad_scaler(**kwargs)
+
+    def vendor_grad_scaler(self) -> Optional[str]:
+        """The vendor's own GradScaler module where one exists beside ``torch.amp``'s
+        (``torch_npu.npu.amp``: Ascend's verified list names it, and it is implemented
+        differently: a ``dynamic`` flag, its own overflow path), else None."""
+        module = self.kind.legacy_amp
+        if not module or module.startswith("torch."):
+            return None
+        try:
+            return module if hasattr(importlib.import_module(module), "GradScaler") else None
+        except Exception:  # noqa: BLE001 - not installed or broken: there is none
+            return None
+
+    def grad_scaler_apis(self) -> list[str]:
+        """The GradScalers this device has: ``torch.amp``, and the vendor's where it has
+        one (:meth:`vendor_grad_scaler`): the suite tests each."""
+        vendor = self.vendor_grad_scaler()
+        return ["torch.amp"] + ([vendor] if vendor else [])
 
     def missing_features(self) -> dict[str, str]:
         """The features this stack lacks on this device: name -> reason (for the header)."""

@@ -50,8 +50,9 @@ def check_import_torch(probe: Callable[[], tuple[bool, str]] = probe_import_torc
         return Check(FAIL, "torch", f"import torch fails: {text}. torch >= 2.5 autoloads "
                        "installed device backends, so a torch_npu that cannot load (CANN not "
                        "sourced, or built for another torch) breaks `import torch` itself",
-                       "source CANN's set_env.sh (e.g. `source /usr/local/Ascend/ascend-toolkit/"
-                       "set_env.sh`), or install the torch_npu matching this torch; to use the "
+                       "source CANN's set_env.sh (`source /usr/local/Ascend/cann/set_env.sh` "
+                       "for CANN >= 8.5, `source /usr/local/Ascend/ascend-toolkit/set_env.sh` "
+                       "before), or install the torch_npu matching this torch; to use the "
                        "CPU meanwhile, export TORCH_DEVICE_BACKEND_AUTOLOAD=0")
     return Check(FAIL, "torch", f"import torch fails: {text}",
                    "reinstall torch for this Python (pip install torch==<your version>)")
@@ -67,10 +68,15 @@ def check_cann_env(env: Optional[dict] = None) -> Check:
     if home:
         return Check(WARN, "CANN environment", f"ASCEND_TOOLKIT_HOME={home} but its lib64 is "
                        "not on LD_LIBRARY_PATH", f"source {home}/set_env.sh")
-    if os.path.isdir("/usr/local/Ascend"):
+    from harness import stack
+
+    script = stack.set_env_script(env)
+    if script or os.path.isdir("/usr/local/Ascend"):
         return Check(WARN, "CANN environment", "/usr/local/Ascend exists but CANN's "
                        "environment is not sourced",
-                       "source /usr/local/Ascend/ascend-toolkit/set_env.sh")
+                       f"source {script}" if script else "source CANN's set_env.sh: "
+                       "/usr/local/Ascend/cann/set_env.sh (CANN >= 8.5) or "
+                       "/usr/local/Ascend/ascend-toolkit/set_env.sh (older)")
     return Check(OK, "CANN environment", "not present (only needed for Ascend NPUs)")
 
 
@@ -110,7 +116,8 @@ def check_hccl_timeouts(dist_timeout: float, device: str = "auto",
         return []
     status = {"ok": OK, "warn": WARN, "fail": FAIL}
     return [Check(status[s], "hccl timeout", detail, fix)
-            for s, detail, fix in hccl.timeout_findings(dist_timeout, env)]
+            for s, detail, fix in hccl.timeout_findings(dist_timeout, env,
+                                                        rank_table=bool(rank_table))]
 
 
 def run_checks(device: str = "auto", baseline_dir=None, *,
@@ -126,6 +133,7 @@ def run_checks(device: str = "auto", baseline_dir=None, *,
     findings.append(check_cann_env())
     findings += check_rank_table(rank_table)
     findings += check_hccl_timeouts(dist_timeout, device, rank_table=rank_table)
+    findings += check_fallback_channel(device)
     if torch_finding.status == FAIL:
         return findings, False
 
@@ -189,10 +197,48 @@ def _baseline_finding(fp: dict, baseline_dir) -> Check:
                    f"{selection.reason})")
 
 
+def check_fallback_channel(device: str = "auto", env: Optional[dict] = None) -> list[Check]:
+    """Whether torch_npu would print its CPU-fallback warning here (Note [Fallback warnings
+    reach stderr only] in harness/simnpu/simnpu.cpp): not under TORCH_NPU_WARNING_DISABLE=1
+    (or the deprecated TORCH_NPU_DISABLED_WARNING=1), nor where RANK is not 0; the
+    suite sees a fallback only through that warning. For a CANN device, or when set."""
+    from harness.kinds import KINDS
+
+    env = os.environ if env is None else env
+    kind = KINDS.get(device)
+    names = ("TORCH_NPU_WARNING_DISABLE", "TORCH_NPU_DISABLED_WARNING")
+    if not (kind is not None and kind.stack_prefix == "cann" or any(n in env for n in names)):
+        return []
+    disabled = next((n for n in names if env.get(n, "").strip() == "1"), None)
+    if disabled:
+        return [Check(FAIL, "fallback warnings", f"{disabled}=1: torch_npu prints no "
+                      "warning, so no CPU fallback is seen and every op that runs on the host "
+                      "passes as if it ran on the NPU", f"unset {disabled}")]
+    rank = env.get("RANK", "").strip()
+    if rank and rank != "0":
+        return [Check(WARN, "fallback warnings", f"RANK={rank}: torch_npu prints its "
+                      "warnings only where RANK is unset or 0, so this process sees no CPU "
+                      "fallback (the distributed family's ranks are handled: Note [Fallbacks "
+                      "on every rank])", "unset RANK for a single-device run")]
+    return [Check(OK, "fallback warnings", "torch_npu's CPU-fallback warning reaches stderr "
+                  "(TORCH_NPU_WARNING_DISABLE unset, RANK unset or 0)")]
+
+
 def main(device: str = "auto", as_json: bool = False, baseline_dir=None,
-         rank_table: Optional[str] = None, dist_timeout: float = 120.0) -> int:
+         rank_table: Optional[str] = None, dist_timeout: float = 120.0,
+         deep: bool = False, fault: Optional[str] = None) -> int:
     findings, usable = run_checks(device, baseline_dir, rank_table=rank_table,
                                   dist_timeout=dist_timeout)
+    if deep and usable:
+        from harness import deep as deep_mod
+        from harness import device as device_mod
+
+        wanted = device if device != "auto" else device_mod.select("auto")[0].type
+        count = device_mod.probe(wanted).count
+        status = {"ok": OK, "warn": WARN, "fail": FAIL, "--": NA}
+        findings += [Check(status[s], f"deep: {topic}", detail, fix) for s, topic, detail, fix
+                     in deep_mod.deep_checks(wanted, count, fault=fault,
+                                             dist_timeout=dist_timeout)]
     failed = [f for f in findings if f.status == FAIL]
     if as_json:
         print(json.dumps({"device": device, "usable": usable,

@@ -79,16 +79,40 @@ def stack_sort_key(stack_id: str) -> tuple:
 
 # ---------------------------------------------------------------------------- CANN
 
+CANN_HOMES = ("/usr/local/Ascend/cann", "/usr/local/Ascend/ascend-toolkit/latest",
+              "~/Ascend/cann", "~/Ascend/ascend-toolkit/latest")
+"""Where CANN installs by default, root and non-root: ``<prefix>/cann/`` since CANN 8.5.0
+(its set_env.sh there), ``<prefix>/ascend-toolkit/latest/`` before (the CANN installation
+guides' "File Paths" tables: ``<home>/<arch>-linux/ascend_toolkit_install.info``)."""
+
+
+def cann_homes(env: Optional[dict] = None) -> list[str]:
+    """:data:`CANN_HOMES` with ``~`` expanded from ``HOME`` in ``env``."""
+    env = os.environ if env is None else env
+    home = env.get("HOME") or os.path.expanduser("~")
+    return [path.replace("~", home, 1) if path.startswith("~") else path for path in CANN_HOMES]
+
+
+def set_env_script(env: Optional[dict] = None) -> Optional[str]:
+    """The ``set_env.sh`` of the first default CANN install found (either layout), or None."""
+    for home in cann_homes(env):
+        base = Path(home)
+        for candidate in (base / "set_env.sh", base.parent / "set_env.sh"):
+            if candidate.is_file():
+                return str(candidate)
+    return None
+
+
 def cann_version_from_files(env: Optional[dict] = None) -> dict[str, str]:
     """CANN component versions from the toolkit's files (no torch_npu needed).
 
     Looks under ``ASCEND_TOOLKIT_HOME`` and ``ASCEND_HOME_PATH`` (what CANN's set_env.sh
-    exports) and the default ``/usr/local/Ascend/ascend-toolkit/latest``, reading
+    exports), then the default installs of both layouts (:data:`CANN_HOMES`), reading
     ``version.cfg`` / ``*_install.info`` / ``version.info`` files.
     """
     env = os.environ if env is None else env
     roots = [env.get("ASCEND_TOOLKIT_HOME"), env.get("ASCEND_HOME_PATH"),
-             "/usr/local/Ascend/ascend-toolkit/latest"]
+             *cann_homes(env)]
     found: dict[str, str] = {}
     for root in filter(None, roots):
         base = Path(root)
@@ -102,8 +126,7 @@ def cann_version_from_files(env: Optional[dict] = None) -> dict[str, str]:
                 continue
             component = path.parent.name if path.name == "version.info" else \
                 path.name.replace("_install.info", "")
-            if path.name == "version.cfg" or path.parent == base and component in (
-                    "ascend_toolkit", "toolkit"):
+            if path.name == "version.cfg" or component in ("ascend_toolkit", "toolkit"):
                 component = "toolkit"
             found.setdefault(component.lower(), version)
         if found:

@@ -324,22 +324,69 @@ def _skew_values(completed: bool, left_late: float, *, skew: float = 4.0,
                 "error": error, "max_abs_err": err}}
 
 
+def _returned(values: dict):
+    from harness.distributed.outcome import CheckOutcome
+
+    return CheckOutcome("skew/x", len(values), values, {}, [], [])
+
+
 def test_skew_verdict_names_the_late_rank_and_the_variable():
     from harness.distributed.judge import judge_skew
 
-    within = judge_skew(_skew_values(True, 2.0, skew=0.5), expect_complete=True)
+    within = judge_skew(_returned(_skew_values(True, 2.0, skew=0.5)), expect_complete=True)
     assert within.status == "pass" and within.metrics == {"completed_ranks": 2}
+    assert within.info["late_rank"] == 1 and within.info["arrival_skew_s"] == 0.5
     # a straggler turns the within case into a timeout: fail, naming rank 1 and the knob
-    late = judge_skew(_skew_values(False, 3.5, skew=0.5, backend="hccl"), expect_complete=True)
+    late = judge_skew(_returned(_skew_values(False, 3.5, skew=0.5, backend="hccl")),
+                      expect_complete=True)
     assert late.status == "fail"
-    assert "rank 1 was late" in late.message and "raise HCCL_EXEC_TIMEOUT" in late.message
-    beyond = judge_skew(_skew_values(False, 6.0), expect_complete=False)
+    assert "rank 1 was late" in late.message
+    assert "process group's timeout" in late.message and "larger than HCCL_EXEC_TIMEOUT" \
+        in late.message  # Ascend: the group's timeout above HCCL_EXEC_TIMEOUT
+    short_exec = {r: dict(v, exec_timeout=1.0) for r, v in
+                  _skew_values(False, 3.5, skew=0.5, backend="hccl").items()}
+    assert "raise HCCL_EXEC_TIMEOUT" in judge_skew(_returned(short_exec),
+                                                   expect_complete=True).message
+    beyond = judge_skew(_returned(_skew_values(False, 6.0)), expect_complete=False)
     assert beyond.status == "pass" and "rank 1 was late" in beyond.info["diagnosis"]
     assert "process group's timeout" in beyond.info["diagnosis"]
-    ignored = judge_skew(_skew_values(True, 4.0), expect_complete=False)
+    ignored = judge_skew(_returned(_skew_values(True, 4.0)), expect_complete=False)
     assert ignored.status == "fail" and "ignores its timeout" in ignored.message
-    slow = judge_skew(_skew_values(False, 20.0), expect_complete=False)
+    slow = judge_skew(_returned(_skew_values(False, 20.0)), expect_complete=False)
     assert slow.status == "fail" and "bounded time" in slow.message
+
+
+def _watchdog_outcome(entered: dict, logs: dict):
+    from harness.distributed.outcome import CheckOutcome, RankError
+
+    note = {"skew": 4.0, "timeout": 2.0, "late_rank": 1, "backend": "hccl",
+            "exec_timeout": 1836.0}
+    notes = {r: dict(note, **({"entered": t} if t is not None else {}))
+             for r, t in entered.items()}
+    errors = {r: RankError(r, "RankDied", "the rank process ended", "") for r in logs}
+    hung = [r for r in entered if r not in logs]
+    return CheckOutcome("skew/beyond", len(entered), {}, errors, hung, [], "", {}, notes, logs)
+
+
+def test_skew_beyond_the_timeout_may_end_by_the_watchdog():
+    """Note [Rank skew]: HCCL's default ending (the watchdog takes the processes down) is
+    a correct one; the verdict names the rank that never entered and the knob."""
+    from harness.distributed.judge import judge_skew
+
+    words = ("[E] Some HCCL operations have failed or timed out.\n[E] To avoid data "
+             "inconsistency, we are taking the entire process down.")
+    ended = judge_skew(_watchdog_outcome({0: 10.0, 1: None}, {0: words}),
+                       expect_complete=False)
+    assert ended.status == "pass" and ended.info["ended_by_watchdog"] == [0]
+    assert "rank 1 was late (never entered it" in ended.message
+    assert "keeping it larger than HCCL_EXEC_TIMEOUT (1836 s)" in ended.message
+    # the same ending where the collective had to complete is a failure naming the knob
+    straggler = judge_skew(_watchdog_outcome({0: 10.0, 1: None}, {0: words}),
+                           expect_complete=True)
+    assert straggler.status == "fail" and "watchdog ended ranks [0]" in straggler.message
+    # a crash without the watchdog's words is not a verdict: the caller records an error
+    assert judge_skew(_watchdog_outcome({0: 10.0, 1: None}, {0: "Segmentation fault"}),
+                      expect_complete=False) is None
 
 
 def test_rank_init_verdict_fails_without_the_construction_broadcast():

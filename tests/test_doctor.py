@@ -67,3 +67,31 @@ def test_cann_environment_sourced_or_not(env, status, monkeypatch):
 def test_doctor_command_exit_status(capsys):
     assert doctor.main("cpu") == 0
     assert "requested device cpu: usable" in capsys.readouterr().out
+
+
+def test_fallback_channel_fails_when_torch_npu_warnings_are_disabled():
+    """torch_npu prints its CPU-fallback warning only without TORCH_NPU_WARNING_DISABLE=1
+    (or the older TORCH_NPU_DISABLED_WARNING=1) and where RANK is unset or 0."""
+    from harness import doctor
+
+    (ok,) = doctor.check_fallback_channel("npu", env={})
+    assert ok.status == doctor.OK
+    for name in ("TORCH_NPU_WARNING_DISABLE", "TORCH_NPU_DISABLED_WARNING"):
+        (off,) = doctor.check_fallback_channel("npu", env={name: "1"})
+        assert off.status == doctor.FAIL and f"unset {name}" == off.fix
+    (rank,) = doctor.check_fallback_channel("npu", env={"RANK": "3"})
+    assert rank.status == doctor.WARN and "RANK=3" in rank.detail
+    assert doctor.check_fallback_channel("cpu", env={}) == []
+
+
+def test_deep_rounding_line_names_a_missing_or_different_pad():
+    from harness import deep
+
+    def line(blocks):
+        return deep._rounding_line({"blocks": blocks, "reserved_vs_allocated": [2 << 20, 512],
+                                    "int_fraction": "refused"})
+
+    assert line({480: 512, 481: 1024, 1000: 1536})[0] == "ok"
+    status, _, detail, fix = line({480: 512, 481: 512, 1000: 1024})
+    assert status == "fail" and "no pad" in detail and "re-record" in fix
+    assert "another rounding" in line({480: 1024, 481: 1024, 1000: 1536})[2]

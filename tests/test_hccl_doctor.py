@@ -105,23 +105,112 @@ def test_rank_table_comes_from_the_environment(tmp_path, monkeypatch):
     assert line.status == doctor.FAIL and "status: is 'initializing'" in line.detail
 
 
-def test_hccl_timeouts_beside_the_dist_timeout():
-    default = doctor.check_hccl_timeouts(120.0, "npu", env={})
-    assert [c.status for c in default] == [doctor.OK, doctor.OK]
-    assert "HCCL_CONNECT_TIMEOUT=120 s (default" in default[0].detail
-    assert "HCCL_EXEC_TIMEOUT=1836 s (default" in default[1].detail
-    assert "--dist-timeout 120 s" in default[1].detail
-    longer = doctor.check_hccl_timeouts(300.0, "npu", env={"HCCL_EXEC_TIMEOUT": "60"})
-    assert [c.status for c in longer] == [doctor.WARN, doctor.WARN]
-    assert "HCCL_EXEC_TIMEOUT=60 s (set" in longer[1].detail and "shorter" in longer[1].detail
-    assert longer[1].fix.startswith("export HCCL_EXEC_TIMEOUT=300")
-    assert longer[0].fix.startswith("export HCCL_CONNECT_TIMEOUT=300")
-    (bad,) = [c for c in doctor.check_hccl_timeouts(120.0, "npu",
-                                                    env={"HCCL_EXEC_TIMEOUT": "soon"})
-              if c.status == doctor.FAIL]
-    assert "not a number of seconds" in bad.detail
+def _timeouts(dist_timeout, env, rank_table=None):
+    return {c.detail.split("=", 1)[0]: c for c in
+            doctor.check_hccl_timeouts(dist_timeout, "npu", env=env, rank_table=rank_table)}
+
+
+def test_hccl_timeout_defaults_and_the_process_group_ordering():
+    # Note [HCCL timeouts]: the process group's timeout should be larger than both
+    default = _timeouts(120.0, {})
+    connect, exec_ = default["HCCL_CONNECT_TIMEOUT"], default["HCCL_EXEC_TIMEOUT"]
+    assert "HCCL_CONNECT_TIMEOUT=120 s (default" in connect.detail
+    assert "HCCL_EXEC_TIMEOUT=1836 s (default" in exec_.detail
+    assert exec_.status == doctor.WARN and "The plog may not be recorded" in exec_.detail
+    assert "export HCCL_EXEC_TIMEOUT=68" in exec_.fix and "--dist-timeout above 1836" in exec_.fix
+    assert connect.status == doctor.WARN and "--dist-timeout above 120" in connect.fix
+    good = _timeouts(2000.0, {"HCCL_EXEC_TIMEOUT": "1836"})
+    assert [c.status for c in good.values()] == [doctor.OK, doctor.OK]
+    shorter = _timeouts(300.0, {"HCCL_EXEC_TIMEOUT": "272"})  # 4 x 68, below the group's
+    assert shorter["HCCL_EXEC_TIMEOUT"].status == doctor.OK
+
+
+def test_hccl_exec_timeout_zero_never_times_out_and_aiv_has_its_default():
+    never = _timeouts(2000.0, {"HCCL_EXEC_TIMEOUT": "0"})["HCCL_EXEC_TIMEOUT"]
+    assert never.status != doctor.FAIL and "0 (never times out)" in never.detail
+    assert "only by the watchdog" in never.detail
+    aiv = _timeouts(2000.0, {"HCCL_OP_EXPANSION_MODE": "AIV"})["HCCL_EXEC_TIMEOUT"]
+    assert "HCCL_EXEC_TIMEOUT=1091 s (default, AIV mode" in aiv.detail
+    assert "HCCL uses 1088 s (a multiple of 68)" in aiv.detail  # Atlas training series
+    negative = _timeouts(2000.0, {"HCCL_EXEC_TIMEOUT": "-5"})["HCCL_EXEC_TIMEOUT"]
+    assert "1836 s" in negative.detail and "reset to the default" in negative.detail
+
+
+@pytest.mark.parametrize("value", ["soon", "60", "7201", "150.5"])
+def test_hccl_connect_timeout_must_be_an_integer_in_its_range(value):
+    line = _timeouts(8000.0, {"HCCL_CONNECT_TIMEOUT": value})["HCCL_CONNECT_TIMEOUT"]
+    assert line.status == doctor.FAIL and "[120, 7200]" in line.detail, line.text()
+    assert _timeouts(8000.0, {"HCCL_CONNECT_TIMEOUT": "7200"})["HCCL_CONNECT_TIMEOUT"].status \
+        == doctor.OK
+    bad = _timeouts(8000.0, {"HCCL_EXEC_TIMEOUT": "soon"})["HCCL_EXEC_TIMEOUT"]
+    assert bad.status == doctor.FAIL and "not an integer" in bad.detail
+
+
+def test_a_rank_table_wants_a_connect_timeout_of_300_s():
+    lines = _timeouts(2000.0, {}, rank_table="rt.json")
+    assert lines["HCCL_CONNECT_TIMEOUT"].status == doctor.WARN
+    assert "export HCCL_CONNECT_TIMEOUT=300" in lines["HCCL_CONNECT_TIMEOUT"].fix
+    ok = _timeouts(2000.0, {"HCCL_CONNECT_TIMEOUT": "300", hccl.RANK_TABLE_ENV: "rt.json"})
+    assert ok["HCCL_CONNECT_TIMEOUT"].status == doctor.OK
+
+
+def test_hccl_timeouts_only_for_an_hccl_device_or_when_set():
     assert doctor.check_hccl_timeouts(120.0, "cpu", env={}) == []  # not an hccl device
     assert len(doctor.check_hccl_timeouts(120.0, "cpu", env={"HCCL_EXEC_TIMEOUT": "9"})) == 2
+
+
+def test_device_ip_is_needed_only_with_more_than_one_server(tmp_path, monkeypatch):
+    one = {"version": "1.0", "status": "completed", "server_count": "1", "server_list": [
+        {"server_id": "10.0.0.1", "device": [{"device_id": "0", "rank_id": "0"},
+                                             {"device_id": "1", "rank_id": "1"}]}]}
+    assert [c.status for c in _doctor_lines(tmp_path, one, monkeypatch)] == [doctor.OK]
+    lines = _doctor_lines(tmp_path, _edit("server_list[1].device[0].device_ip", None),
+                          monkeypatch)
+    assert [c.status for c in lines] == [doctor.FAIL]
+    assert "device_ip: is None" in lines[0].detail and "required with more than one" in \
+        lines[0].detail
+
+
+SUPER_POD = {"version": "1.2", "status": "completed", "server_count": "2", "server_list": [
+    {"server_id": "node_0", "device": [
+        {"device_id": "0", "super_device_id": "0", "device_ip": "192.168.1.6", "rank_id": "0"},
+        {"device_id": "1", "super_device_id": "1", "device_ip": "192.168.1.7", "rank_id": "1"}]},
+    {"server_id": "node_1", "device": [
+        {"device_id": "0", "super_device_id": "2", "device_ip": "192.168.1.8", "rank_id": "2"},
+        {"device_id": "1", "super_device_id": "3", "device_ip": "192.168.1.9", "rank_id": "3"}]}],
+    "super_pod_list": [{"super_pod_id": "0", "server_list": [{"server_id": "node_0"},
+                                                            {"server_id": "node_1"}]}]}
+
+
+@pytest.mark.parametrize("edit,value,words", [
+    ("super_pod_list", None, "super_pod_list: is missing or empty"),
+    ("server_list[1].device[0].super_device_id", None, "super_device_id: is None, not an"),
+    ("server_list[1].device[0].super_device_id", "1", "duplicates server_list[0].device[1]"),
+    ("super_pod_list[0].server_list[1].server_id", "node_9", "names server 'node_9'"),
+])
+def test_version_1_2_checks_its_super_node_fields(edit, value, words, tmp_path, monkeypatch):
+    assert [c.status for c in _doctor_lines(tmp_path, SUPER_POD, monkeypatch)] == [doctor.OK]
+    table = copy.deepcopy(SUPER_POD)
+    keys = edit.replace("[", ".").replace("]", "").split(".")
+    parent = table
+    for key in keys[:-1]:
+        parent = parent[int(key)] if key.isdigit() else parent[key]
+    if value is None:
+        del parent[keys[-1]]
+    else:
+        parent[keys[-1]] = value
+    lines = _doctor_lines(tmp_path, table, monkeypatch)
+    assert any(words in c.detail for c in lines), [c.text() for c in lines]
+
+
+def test_a_symlinked_rank_table_is_refused_with_the_reason(tmp_path, monkeypatch):
+    real = tmp_path / "real.json"
+    real.write_text(json.dumps(GOOD))
+    link = tmp_path / "rank_table.json"
+    link.symlink_to(real)
+    (line,) = doctor.check_rank_table(str(link))
+    assert line.status == doctor.FAIL and "symbolic link" in line.detail
+    assert "default negotiation" in line.detail and str(real) in line.fix
 
 
 def test_doctor_command_prints_the_rank_table_line(tmp_path, monkeypatch, capsys):
@@ -135,4 +224,4 @@ def test_doctor_command_prints_the_rank_table_line(tmp_path, monkeypatch, capsys
     out = capsys.readouterr().out
     assert code == 1
     assert f"[FAIL] rank table: {path}: server_count: says 3 but server_list has 2" in out
-    assert "--dist-timeout 60 s" in out
+    assert "(--dist-timeout) 60 s" in out

@@ -128,7 +128,8 @@ _PROBE = textwrap.dedent(r"""
     del y
     out["peak_grew"] = dev.peak_allocated() - base
     out["total"] = dev.total_memory()
-    dev.cap(base + (1 << 20))
+    dev.empty_cache()  # the cap is on reserved memory (Note [Fidelity allocator])
+    dev.cap(dev.reserved() + (1 << 20))
     try:
         torch.empty(1 << 22, device="npu")
         out["oom"] = None
@@ -164,9 +165,11 @@ _PROBE = textwrap.dedent(r"""
         "sdpa_cpu_kernel": "aten::_scaled_dot_product_flash_attention_for_cpu" in ran,
     }
     del result
-    dev.cap(dev.allocated() + (1 << 20))
+    huge = torch.randn(6 << 20, device="npu")  # 24 MiB: fits no 20 MiB segment's space
+    dev.empty_cache()
+    dev.cap(dev.reserved() + (1 << 20))
     try:
-        torch.exp(big)
+        torch.exp(huge)
         out["adopted_oom"] = None
     except dev.oom_error as exc:
         out["adopted_oom"] = str(exc).splitlines()[0]
@@ -179,6 +182,7 @@ _PROBE = textwrap.dedent(r"""
     with fallback.capture(stderr=True) as clean:
         torch.exp(x)
     out["fallback"] = [first.ops, second.ops, clean.ops]
+    out["fallback_sources"] = sorted(set(first.sources.values()))
     try:
         torch.cumsum(x, 0)
         out["unsupported"] = None
@@ -187,6 +191,28 @@ _PROBE = textwrap.dedent(r"""
     timer = dev.event_timer()
     timer.start(); torch.exp(x); timer.stop()
     out["timer_ms"] = timer.elapsed_ms()
+    # fidelity mode (docs/simnpu.md): torch_npu's allocator, fraction, CANN API, scaler
+    try:
+        torch.npu.set_per_process_memory_fraction(1)
+        out["int_fraction"] = None
+    except TypeError as exc:
+        out["int_fraction"] = str(exc)
+    import torch_npu
+    out["cann_api"] = [torch_npu.npu.utils.get_cann_version(),
+                       torch_npu.npu.utils.get_cann_version("NOT_A_MODULE")]
+    npu_scaler = torch_npu.npu.amp.GradScaler(init_scale=2.0 ** 8, dynamic=True)
+    p2 = torch.nn.Parameter(torch.ones(4, device="npu"))
+    opt2 = torch.optim.SGD([p2], lr=0.1)
+    npu_scaler.scale((p2 * float("inf")).sum()).backward()
+    npu_scaler.step(opt2)
+    npu_scaler.update()
+    static = torch_npu.npu.amp.GradScaler(init_scale=2.0 ** 8, dynamic=False)
+    static.scale((p2 * float("inf")).sum()).backward()
+    static.step(opt2)
+    static.update()
+    out["npu_scaler"] = [type(npu_scaler).__module__, npu_scaler.get_scale(),
+                         static.get_scale(), npu_scaler.state_dict().get("dynamic"),
+                         dev.grad_scaler_apis()]
     fp = stack.fingerprint(dev)
     out["fingerprint"] = {k: fp.get(k) for k in ("device_type", "device_name", "torch_npu",
                                                   "cann", "driver", "stack_id", "device_slug")}
@@ -249,6 +275,46 @@ def _distributed(env: dict):
                     base=env, HARNESS_SIMNPU_DEVICES="2")
 
 
+_CHANNEL = textwrap.dedent(r"""
+    import json, torch
+    from harness import device as device_mod, stack
+    dev = device_mod.select("npu")[0]
+    small = torch.empty(100, dtype=torch.uint8, device="npu")  # the process's first block
+    alloc = {"small_block": dev.allocated(), "reserved": dev.reserved()}
+    del small
+    alloc["cached_after_free"] = dev.reserved()
+    torch.npu.empty_cache()
+    alloc["after_empty_cache"] = dev.reserved()
+    torch.sort(torch.randn(8, device="npu"))
+    import torch_npu
+    fp = stack.fingerprint(dev)
+    print("CHANNEL-JSON " + json.dumps([torch_npu.npu.utils.get_cann_version(), fp["cann"],
+                                        fp["cann_components"].get("source"), alloc]))
+""")
+
+
+def _channel(env: dict) -> dict:
+    """Where torch_npu's fallback warning goes (Note [Fallback warnings reach stderr only]):
+    RANK 0 / unset prints it on stderr, RANK=1 and TORCH_NPU_WARNING_DISABLE=1 do not; the
+    RANK=1 run is also on CANN 9.0.0 (the API answers; the install is under cann/). And the
+    lazy communicator (Note [The simulated HCCL]): a rank 3 s late at a 1 s group's first
+    all_reduce is waited for."""
+    runs = {name: _run(["-c", _CHANNEL], base=env, HARNESS_SIMNPU_FALLBACK_OPS="aten::sort",
+                       **extra)
+            for name, extra in {"rank0": {}, "rank1": {"RANK": "1", "HARNESS_SIMNPU_CANN": "9.0.0"},
+                                "disabled": {"TORCH_NPU_WARNING_DISABLE": "1"}}.items()}
+    lazy = _run(["-c", f"TESTS = {str(ROOT / 'tests')!r}\n" + textwrap.dedent("""
+        import json
+        from harness.device import select
+        from harness.distributed import SubCheck, launch
+        result = launch([SubCheck.of("simnpu_ranks:late_first_collective", name="late")], 2,
+                        select("npu")[0], timeout=60, env={"PYTHONPATH": TESTS})
+        out = result.outcome("late")
+        print("LAZY-JSON " + json.dumps([out.ok, out.values, out.problem()[:2000]]))
+    """)], base=env, HARNESS_SIMNPU_DEVICES="2")
+    return {"runs": runs, "lazy": lazy}
+
+
 def _if_buildable(fn):
     return (lambda env: None) if simnpu.compiler_missing() else fn
 
@@ -256,7 +322,8 @@ def _if_buildable(fn):
 PROBE = early.Job("SimNPU probe", _if_buildable(_probe))
 UPGRADE = early.Job("SimNPU CANN upgrade", _if_buildable(_upgrade))
 DISTRIBUTED = early.Job("SimNPU distributed", _if_buildable(_distributed))
-EARLY = (PROBE, UPGRADE, DISTRIBUTED)
+CHANNEL = early.Job("SimNPU warning channel and lazy HCCL", _if_buildable(_channel))
+EARLY = (PROBE, UPGRADE, DISTRIBUTED, CHANNEL)
 
 
 @pytest.fixture(scope="module")
@@ -296,9 +363,12 @@ def test_grad_scaler_on_npu_skips_the_inf_step_and_backs_off(observed):
     assert scale == 128.0 and params == [1.0] * 4
 
 
+BLOCK_4MIB = ((4 << 20) + 32 + 511) // 512 * 512  # torch_npu: size + 32, rounded to 512
+
+
 @needs_compiler
 def test_memory_statistics_and_the_cap_raise_the_oom_the_harness_expects(observed):
-    assert observed["allocated_grew"] == 4 << 20 and observed["peak_grew"] == 4 << 20
+    assert observed["allocated_grew"] == BLOCK_4MIB and observed["peak_grew"] == BLOCK_4MIB
     assert observed["total"] == 16 << 30
     name, message = observed["oom"]
     assert name == "OutOfMemoryError" and message.startswith("NPU out of memory")
@@ -311,12 +381,42 @@ def test_the_fallback_runs_kernels_on_device_memory_without_copies(observed):
     seen = observed["no_copy"]
     # only out= into an empty tensor copies (the kernel moved it to fresh host memory)
     assert seen["copies"] == ["aten::_copy_from_and_resize"]
-    assert seen["result_counted"] == 4 << 20 and seen["result_equal"]  # adopted, counted
+    assert seen["result_counted"] == BLOCK_4MIB and seen["result_equal"]  # adopted, counted
     assert seen["in_place"]
     assert seen["out_resized"] == [[1 << 20], True]
     assert seen["out_shrunk"] == [[1 << 20], True]
     assert seen["sdpa_cpu_kernel"]  # Note [Attention takes the CPU's kernel]
     assert observed["adopted_oom"].startswith("NPU out of memory")
+
+
+@needs_compiler
+def test_fidelity_allocator_pads_rounds_and_reserves_segments(observed):
+    """Note [Fidelity allocator] (simnpu.cpp): 100 bytes take a 512-byte block (100 + 32,
+    rounded) in a fresh 2 MiB small segment, which stays reserved (cached) after the free
+    until empty_cache; the memory fraction takes a float only."""
+    alloc = _tagged(early.result(CHANNEL)["runs"]["rank0"], "CHANNEL-JSON")[3]
+    assert alloc == {"small_block": 512, "reserved": 2 << 20,
+                     "cached_after_free": 2 << 20, "after_empty_cache": 0}
+    assert "must be `float`" in observed["int_fraction"]
+
+
+@needs_compiler
+def test_fidelity_cann_api_answers_empty_below_8_1_rc1(observed):
+    """get_cann_version returns "" (no exception) below CANN 8.1.RC1 and for an unknown
+    module; the version then comes from the simulated install's files."""
+    assert observed["cann_api"] == ["", ""]
+    assert observed["fingerprint"]["cann"] == "8.0.RC3"
+    assert observed["cann_source"].endswith("8.0.RC3/ascend-toolkit/latest")
+
+
+@needs_compiler
+def test_fidelity_torch_npu_grad_scaler_is_its_own(observed):
+    """torch_npu.npu.amp.GradScaler: its own class with ``dynamic``; a static one never
+    backs off; the harness lists both scalers."""
+    module, dynamic_scale, static_scale, dynamic_flag, apis = observed["npu_scaler"]
+    assert module == "harness.simnpu._module" and dynamic_scale == 128.0
+    assert static_scale == 256.0 and dynamic_flag is True
+    assert apis == ["torch.amp", "torch_npu.npu.amp"]
 
 
 @needs_compiler
@@ -332,6 +432,8 @@ def test_listed_ops_warn_like_torch_npu_and_are_captured(observed):
     first, second, clean = observed["fallback"]
     assert first and all(op.startswith("aten::sort") for op in first)
     assert second, "the second sort (no warning: once per op) is found by the tracer"
+    # Note [Fallback warnings reach stderr only]: never a Python warning
+    assert observed["fallback_sources"] == ["stderr"]
     assert clean == []
     assert observed["unsupported"].startswith("Could not run 'aten::cumsum")
 
@@ -343,7 +445,6 @@ def test_fingerprint_has_the_torch_npu_and_cann_fields(observed):
     assert fp["torch_npu"].endswith(simnpu.TORCH_NPU_VERSION_SUFFIX)
     assert fp["cann"] == "8.0.RC3" and fp["stack_id"] == "cann-8.0.RC3"
     assert fp["device_slug"] == "simnpu" and fp["driver"]
-    assert observed["cann_source"] == "torch_npu.npu.utils.get_cann_version"
     assert observed["timer_ms"] >= 0.0
     assert observed["npu_backend"] == "hccl"  # harness.simnpu.collectives, the npu row's name
 
@@ -354,7 +455,7 @@ def test_doctor_lists_the_simulated_npu_and_its_stack():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "[  ok] device npu: 1 SimNPU device(s) (simulated, CANN 8.0.RC3" in proc.stdout
     assert "[  ok]   npu:0: SimNPU, 16.0 GiB" in proc.stdout
-    assert "[  ok] CANN: 8.0.RC3 (runtime 8.0.RC3" in proc.stdout
+    assert "[  ok] CANN: 8.0.RC3 (" in proc.stdout and "runtime 8.0.RC3" in proc.stdout
     assert "stack: cann-8.0.RC3 on npu/simnpu" in proc.stdout
 
 
@@ -381,3 +482,34 @@ def test_distributed_checks_run_on_the_simulated_hccl():
     out = proc.stdout
     assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]
     assert f"{len(DIST_NODES)} passed" in out and "skipped" not in out, out[-3000:]
+
+
+def _tagged(proc, tag: str):
+    lines = [line for line in proc.stdout.splitlines() if line.startswith(tag + " ")]
+    assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(lines[-1].split(" ", 1)[1])
+
+
+@needs_compiler
+def test_fallback_warning_reaches_stderr_only_on_rank_0_and_unless_disabled():
+    runs = early.result(CHANNEL)["runs"]
+    caution = "CAUTION: The operator 'aten::sort"
+    assert caution in runs["rank0"].stderr and caution not in runs["rank0"].stdout
+    assert caution not in runs["rank1"].stderr + runs["rank1"].stdout  # RANK=1: silent
+    assert caution not in runs["disabled"].stderr  # TORCH_NPU_WARNING_DISABLE=1: silent
+
+
+@needs_compiler
+def test_cann_9_answers_the_api_and_installs_under_cann():
+    api, cann, source, _ = _tagged(early.result(CHANNEL)["runs"]["rank1"], "CHANNEL-JSON")
+    assert api == "9.0.0" and cann == "9.0.0"
+    assert source == "torch_npu.npu.utils.get_cann_version"
+    assert (simnpu.cache_root() / "Ascend" / "9.0.0" / "cann" / "set_env.sh").is_file()
+
+
+@needs_compiler
+def test_hccl_communicator_is_made_in_the_first_collective():
+    ok, values, problem = _tagged(early.result(CHANNEL)["lazy"], "LAZY-JSON")
+    assert ok, problem
+    assert {v["sum"] for v in values.values()} == {2.0}
+    assert max(v["waited"] for v in values.values()) > 1.0  # longer than the group's 1 s

@@ -55,6 +55,10 @@ class DistCase:
 
     world_size: int
     check: SubCheck
+    alone: bool = False
+    """Launched by itself: a case whose correct ending may be the backend's watchdog
+    ending every rank (Note [Rank skew] in :mod:`harness.distributed.judge`), which would
+    take the other cases of a shared launch with it."""
 
     @property
     def id(self) -> str:
@@ -107,8 +111,8 @@ class Planner:
     def _plan(self, case: DistCase) -> list[SubCheck]:
         """The wanted cases of ``case``'s world size not launched yet, and ``case``."""
         plan: dict[str, SubCheck] = {}
-        for other in [*self.wanted(), case]:
-            if other.world_size != case.world_size:
+        for other in ([case] if case.alone else [*self.wanted(), case]):
+            if other.world_size != case.world_size or other.alone != case.alone:
                 continue
             known = plan.setdefault(other.check.name, other.check)
             if known != other.check:

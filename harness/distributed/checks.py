@@ -682,20 +682,34 @@ def rank_skew(ctx, skew: float, timeout: float = 2.0, size: int = 1000):
     """The last rank reaches an all_reduce ``skew`` seconds after the others, in a group
     whose timeout is ``timeout`` seconds (Note [Rank skew] in harness/distributed/judge.py).
 
-    Returns when this rank entered the collective and left it (the host clock: one host),
-    whether it completed, its error (the backend's words) and the sum's error against
-    NumPy. The ranks meet again on the world group afterwards (its timeout is the run's),
-    so a failed collective leaves no rank behind for the next sub-check.
+    The group's communicator is made first, by one all_reduce every rank enters together:
+    HCCL creates it lazily inside a group's first collective and waits there for
+    HCCL_CONNECT_TIMEOUT, not the group's timeout. Each rank notes when it entered the
+    skewed collective (``ctx.note``), so a rank the backend's watchdog then ends leaves that
+    behind. Returns when this rank entered and left (the host clock: one host), whether it
+    completed, its error (the backend's words) and the sum's error against NumPy. The
+    ranks meet again on the world group afterwards (its timeout is the run's), so a failed
+    collective that returns leaves no rank behind for the next sub-check.
     """
     import datetime as _dt
 
+    from harness.distributed import hccl
+
     ws, rank, late = ctx.world_size, ctx.rank, ctx.world_size - 1
+    exec_s = hccl.timeout_value("HCCL_EXEC_TIMEOUT")[0] if ctx.backend == "hccl" else None
+    ctx.note(skew=skew, timeout=timeout, late_rank=late, backend=ctx.backend,
+             exec_timeout=exec_s)
     group = dist.new_group(backend=ctx.backend, timeout=_dt.timedelta(seconds=timeout))
+    with ctx.device.scope():  # the communicator, made with every rank present
+        warm = torch.ones(1, device=ctx.torch_device)
+        dist.all_reduce(warm, group=group)
+        ctx.device.synchronize()
     dist.barrier()  # everyone starts together; the skew is the only delay
     inputs = [_inputs(ctx.seed, r, size, "float32") for r in range(ws)]
     if rank == late:
         time.sleep(skew)
     entered = time.time()
+    ctx.note(entered=entered)
     error, max_err = None, None
     try:
         with ctx.device.scope():
@@ -711,7 +725,7 @@ def rank_skew(ctx, skew: float, timeout: float = 2.0, size: int = 1000):
     return {"skew": skew, "timeout": timeout, "late_rank": late, "entered": entered,
             "left": left, "completed": error is None, "error": error, "max_abs_err": max_err,
             "bound": float(ws * EPS["float32"] * np.abs(np.stack([_np(x) for x in inputs]))
-                           .sum(0).max()), "backend": ctx.backend}
+                           .sum(0).max()), "backend": ctx.backend, "exec_timeout": exec_s}
 
 
 # ---------------------------------------------------------------- DistributedSampler

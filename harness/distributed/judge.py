@@ -371,29 +371,91 @@ def judge_sampler(values: dict[int, dict], *, drop_last: bool) -> DistVerdict:
 # Note [Rank skew]
 # ~~~~~~~~~~~~~~~~
 # Ranks drift apart (a slow data loader, a slower device after an upgrade), and a
-# collective waits for the last one only as long as its backend's timeout: HCCL's
-# HCCL_EXEC_TIMEOUT, NCCL's and gloo's the process group's ``timeout``. The check
-# (checks.rank_skew) makes the last rank S seconds late at an all_reduce in a group with a
-# short timeout T. S < T: the collective completes on every rank with the right sum.
-# S > T: it fails on every rank within about T + S (no hang: each rank's call returns by
-# itself, and the launch ends without killing anyone), and the verdict names the late
-# rank (the one whose call ended last: the others gave up first) and the variable to
-# raise. A rank later than scheduled (the fault distributed.rank_straggles) turns the
-# first case into the second and fails it with the same words.
+# collective waits for the last one only so long. The check (checks.rank_skew) makes the
+# last rank S seconds late at an all_reduce in a group with a short timeout T, after one
+# all_reduce that creates the group's communicator with every rank present (HCCL makes it
+# lazily inside a group's first collective and waits there for HCCL_CONNECT_TIMEOUT,
+# whatever T: without it the "late" rank is simply waited for). What a user can act on:
+# S < T: the collective completes on every rank with the right sum; the measured skew and
+# the late rank are recorded. S > T, one of two endings, both correct:
+# - every rank's call raises in bounded time (gloo; HCCL with
+#   TORCH_HCCL_ASYNC_ERROR_HANDLING=0), and the rank whose call ended last is the late one;
+# - the backend's watchdog ends the processes (HCCL's default, TORCH_HCCL_ASYNC_ERROR_
+#   HANDLING=1, and NCCL's): a rank's output says "taking the entire process down"; the
+#   late rank is the one that entered last, or never (each rank notes when it entered).
+# Either way the verdict names the late rank and the knob: on HCCL the shorter of the
+# process group's timeout (the watchdog's) and HCCL_EXEC_TIMEOUT fired, and Ascend advises
+# the group's timeout to stay larger than HCCL_EXEC_TIMEOUT; elsewhere the group's timeout.
+# Any other ending (a hang the launcher had to stop, a crash without the watchdog's words,
+# a rank that completed although the others gave up) is a failure. A rank later than
+# scheduled (the fault distributed.rank_straggles) turns the first case into the second
+# and fails it with the same words.
 
-TIMEOUT_VARIABLE = {"hccl": "HCCL_EXEC_TIMEOUT"}
-"""What to raise when a collective times out on a backend; others: the group's timeout."""
+WATCHDOG_WORDS = ("taking the entire process down",)
+"""What torch_npu's (and torch's NCCL) watchdog logs when it ends a process."""
 SKEW_SLACK = 3.0  # seconds beyond timeout + skew a failing collective may take (a busy host)
 
 
-def timeout_variable(backend: str) -> str:
-    return TIMEOUT_VARIABLE.get(backend, "the process group's timeout "
-                                         "(init_process_group(timeout=...))")
+def timeout_variable(backend: str, timeout: float, exec_timeout: Optional[float] = None) -> str:
+    """What to raise when a collective times out on ``backend`` (Note [Rank skew])."""
+    group = "the process group's timeout (init_process_group(timeout=...))"
+    if backend != "hccl":
+        return group
+    if exec_timeout and exec_timeout < timeout:
+        return f"HCCL_EXEC_TIMEOUT (now {exec_timeout:g} s, below the group's {timeout:g} s)"
+    said = "" if exec_timeout is None else (f" ({exec_timeout:g} s)" if exec_timeout
+                                            else " (0: never)")
+    return f"{group}, keeping it larger than HCCL_EXEC_TIMEOUT{said}"
 
 
-def judge_skew(values: dict[int, dict], *, expect_complete: bool) -> DistVerdict:
-    """Note [Rank skew]: completes within the timeout, fails in bounded time beyond it,
-    naming the late rank and the variable to raise."""
+def watchdog_ended(outcome) -> list[int]:
+    """Ranks whose output says the backend's watchdog took the process down."""
+    return sorted(rank for rank, log in outcome.logs.items()
+                  if any(word in log for word in WATCHDOG_WORDS))
+
+
+def judge_skew(outcome, *, expect_complete: bool) -> Optional[DistVerdict]:
+    """Note [Rank skew] over a sub-check's outcome; None when it is neither every rank
+    returning nor a watchdog ending (the caller records that as the problem it is)."""
+    if outcome.ok:
+        return _judge_returned(outcome.values, expect_complete=expect_complete)
+    ended = [r for r in watchdog_ended(outcome) if r in outcome.errors or r in outcome.hung]
+    notes = outcome.notes
+    if not ended or outcome.not_reached or not any("skew" in n for n in notes.values()):
+        return None  # not this sub-check's ending (an earlier one's, a crash, a hang)
+    any_note = next((n for n in notes.values() if "skew" in n), {})
+    skew, timeout = any_note.get("skew", 0.0), any_note.get("timeout", 0.0)
+    backend, scheduled = any_note.get("backend", "?"), any_note.get("late_rank")
+    ranks = list(range(outcome.world_size))
+    entered = {r: notes.get(r, {}).get("entered") for r in ranks}
+    missing = [r for r in ranks if entered[r] is None]
+    late = (missing[-1] if missing else max(ranks, key=lambda r: entered[r]))
+    known = [t for t in entered.values() if t is not None]
+    arrival = (max(known) - min(known)) if len(known) > 1 and not missing else None
+    variable = timeout_variable(backend, timeout, any_note.get("exec_timeout"))
+    diagnosis = (f"the all_reduce timed out and the {backend} watchdog ended ranks {ended} "
+                 f"(\"{WATCHDOG_WORDS[0]}\"): rank {late} was late ("
+                 + ("never entered it; " if missing else f"entered {arrival:.1f} s after "
+                                                          "the first; ")
+                 + f"scheduled skew {skew:g} s) beyond the {timeout:g} s timeout; raise "
+                 f"{variable} above the ranks' skew")
+    problems = []
+    if expect_complete:
+        problems.append(diagnosis)
+    elif scheduled is not None and late != scheduled:
+        problems.append(f"named rank {late} late, but rank {scheduled} was")
+    info = {"ended_by_watchdog": ended, "late_rank": late, "variable": variable,
+            "entered": {str(r): t for r, t in entered.items()}, "diagnosis": diagnosis}
+    verdict = DistVerdict.of(problems, {"completed_ranks": len(outcome.values)},
+                             {"completed_ranks": equal()}, info)
+    if not problems:
+        verdict.message = diagnosis
+    return verdict
+
+
+def _judge_returned(values: dict[int, dict], *, expect_complete: bool) -> DistVerdict:
+    """Note [Rank skew] when every rank returned: completes within the timeout, fails in
+    bounded time beyond it, naming the late rank and the variable to raise."""
     any_value = next(iter(values.values()))
     skew, timeout, backend = any_value["skew"], any_value["timeout"], any_value["backend"]
     ranks = sorted(values)
@@ -401,12 +463,15 @@ def judge_skew(values: dict[int, dict], *, expect_complete: bool) -> DistVerdict
     failed = [r for r in ranks if not values[r]["completed"]]
     first_in = min(values[r]["entered"] for r in ranks)
     last_out = max(values[r]["left"] for r in ranks)
-    late = max(ranks, key=lambda r: values[r]["left"])  # its peers gave up before it
     arrival_skew = max(values[r]["entered"] for r in ranks) - first_in
+    entered_last = max(ranks, key=lambda r: values[r]["entered"])
+    # failed: the late rank's call ended last (its peers gave up before it)
+    late = max(ranks, key=lambda r: values[r]["left"]) if failed else entered_last
     duration = last_out - first_in
-    variable = timeout_variable(backend)
+    variable = timeout_variable(backend, timeout, any_value.get("exec_timeout"))
     metrics = {"completed_ranks": len(completed)}
-    info = {"duration_s": round(duration, 3), "arrival_skew_s": round(arrival_skew, 3),"ranks": {str(r): {k: values[r][k] for k in ("entered", "left", "completed",
+    info = {"duration_s": round(duration, 3), "arrival_skew_s": round(arrival_skew, 3),
+            "ranks": {str(r): {k: values[r][k] for k in ("entered", "left", "completed",
                                                          "error", "max_abs_err")}
                       for r in ranks}, "late_rank": late, "variable": variable}
     diagnosis = (f"the all_reduce failed on ranks {failed} after {duration:.1f} s: rank "

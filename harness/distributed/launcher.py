@@ -257,4 +257,29 @@ def _rank_report(out: Path, rank: int, proc: subprocess.Popen, killed: bool) -> 
     return RankReport(rank=rank, pid=proc.pid, exit_code=proc.returncode, state=state,
                       current=data.get("current"), results=data.get("results", {}),
                       killed=killed, stack=stack, log_tail=log_tail,
-                      device=str(data.get("device") or ""))
+                      device=str(data.get("device") or ""), notes=data.get("notes", {}),
+                      fallback_ops=_fallback_ops(out / f"rank{rank}.log", data.get("device")))
+
+
+# Note [Fallbacks on every rank]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# torch_npu prints its CPU-fallback warning on stderr only, and only where RANK is unset
+# or 0 (OptionsManager::ShouldPrintWarning, read once per process): a rank > 0 would
+# never say that an op fell back. So the launcher passes each rank its number as
+# HARNESS_RANK as well, and the rank program (harness.distributed.rank) removes RANK from
+# its environment before torch (and torch_npu) load, once it has read it (the process
+# group gets rank and world size explicitly); the launcher then reads every rank's whole
+# output for the warning. TORCH_NPU_WARNING_DISABLE=1 silences every rank: the doctor says
+# so. Under torchrun the same happens in the rank program.
+
+
+def _fallback_ops(log: Path, device: Optional[str]) -> list[str]:
+    """The ops a rank's output reports falling back to the CPU."""
+    from harness import fallback
+
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return []
+    device_type = str(device).split(":", 1)[0] if device else None
+    return fallback.parse(text, device_type)

@@ -43,6 +43,11 @@ class RankReport:
     stack: str = ""
     log_tail: str = ""
     device: str = ""  # the torch device the rank made current (``npu:1``), "" before that
+    notes: dict = dataclasses.field(default_factory=dict)
+    """sub-check -> what the rank noted while in it (``RankContext.note``)."""
+    fallback_ops: list = dataclasses.field(default_factory=list)
+    """ops the rank's output reports falling back to the CPU (Note [Fallbacks on every
+    rank] in :mod:`harness.distributed.launcher`)."""
 
 
 @dataclasses.dataclass
@@ -58,6 +63,12 @@ class CheckOutcome:
     context: str = ""         # launch-level detail (timeouts, crashed ranks, logs)
     devices: dict[int, str] = dataclasses.field(default_factory=dict)
     """rank -> the device it ran on, as the rank reported it (``npu:1``)."""
+    notes: dict[int, dict] = dataclasses.field(default_factory=dict)
+    """rank -> what it noted in this sub-check (``RankContext.note``), finished or not."""
+    logs: dict[int, str] = dataclasses.field(default_factory=dict)
+    """rank -> the end of its output, for ranks that did not finish the launch."""
+    fallbacks: dict[int, list] = dataclasses.field(default_factory=dict)
+    """rank -> ops its output reports falling back to the CPU (the whole launch)."""
 
     @property
     def ok(self) -> bool:
@@ -162,7 +173,10 @@ class LaunchResult:
         context = "" if not (hung or not_reached) else self.summary()
         return CheckOutcome(name, self.world_size, values, errors, sorted(hung),
                             sorted(not_reached), context,
-                            {r.rank: r.device for r in self.ranks if r.device})
+                            {r.rank: r.device for r in self.ranks if r.device},
+                            {r.rank: r.notes[name] for r in self.ranks if name in r.notes},
+                            {r.rank: r.log_tail for r in self.ranks if r.log_tail},
+                            {r.rank: r.fallback_ops for r in self.ranks if r.fallback_ops})
 
     def outcomes(self) -> dict[str, CheckOutcome]:
         return {name: self.outcome(name) for name in self.checks}

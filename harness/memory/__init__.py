@@ -17,6 +17,7 @@ One module per concept:
 - :mod:`~harness.memory.cases`: the family's data (models per scale, caps, stated ratios).
 """
 
+from harness.memory.cases import LARGE_SEGMENT, cap_below_segments
 from harness.memory.checkpoint import CHECKPOINT_MODES, checkpointed
 from harness.memory.collect import release, young_gc
 from harness.memory.leaks import LeakProfile, leak_profile
@@ -39,7 +40,7 @@ from harness.memory.steps import (
 from harness.memory.tracker import StorageTracker, saved_tensor_bytes
 
 __all__ = [
-    "CHECKPOINT_MODES", "LeakProfile", "MemoryMeter", "StepMeasurement", "StorageTracker",
+    "CHECKPOINT_MODES", "LARGE_SEGMENT", "cap_below_segments", "LeakProfile", "MemoryMeter", "StepMeasurement", "StorageTracker",
     "TORCH_OOM", "Threshold", "checkpointed", "copy_model", "deterministic_batch",
     "fmt_bytes", "is_out_of_memory", "leak_profile", "max_batch_under_cap", "measure",
     "measure_step", "oom_error", "release", "saved_tensor_bytes", "seeded_model",

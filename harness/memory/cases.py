@@ -79,6 +79,24 @@ class ThresholdCase:
 # plain, 13 non-reentrant (1.30x) under 8 MiB. The stated gains keep a margin. On an
 # accelerator's path (1-byte dropout masks, see CASES) the mlp gains less: 1.75x
 # non-reentrant, 1.50x reentrant on the simulated npu, so the stated gain is 1.4x.
+LARGE_SEGMENT = 20 << 20
+"""The segment a caching allocator reserves for a block of 1-10 MiB (torch_npu's and
+CUDA's kLargeBuffer): under a cap on reserved memory smaller than this, such blocks fit
+only in space already reserved, so the max batch follows segment rounding, not the step's
+memory (Note [The cap is on reserved memory] in harness/memory/meter.py)."""
+
+
+def cap_below_segments(device, cap: int) -> str:
+    """Why a max-batch comparison under ``cap`` says nothing on ``device`` ("" when it
+    does): the cap is below :data:`LARGE_SEGMENT` on a device whose allocator reserves
+    segments."""
+    if not getattr(device, "reserves_segments", False) or cap >= LARGE_SEGMENT:
+        return ""
+    return (f"the {cap / 2**20:.0f} MiB cap is below the {LARGE_SEGMENT >> 20} MiB segments "
+            f"{device.type}'s caching allocator reserves: the max batch follows segment "
+            "rounding, not the step's memory; run with --training-scale full")
+
+
 THRESHOLDS = {
     "small": {
         "mlp": ThresholdCase("mlp", cap=2 << 20, start=8, ref_batch=64, min_gain=1.4,

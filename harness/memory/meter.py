@@ -39,6 +39,15 @@ from harness.device import Unsupported, storage_lifetime_unsupported
 from harness.memory import oom
 from harness.memory.tracker import StorageTracker
 
+# Note [The cap is on reserved memory]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# torch_npu's set_per_process_memory_fraction(f) sets allowed_memory_maximum = f * total,
+# and alloc_block refuses a new segment when the reserved total plus the segment passes it
+# (NPUCachingAllocator.cpp); blocks are 32 bytes larger than asked, rounded to 512, and
+# carved from 2 MiB / 20 MiB segments. So a cap of "N bytes more" is N bytes of segments
+# beyond what is reserved once the cache is emptied; what fits in them is a little less
+# than N bytes of tensors. SimNPU's fidelity mode does the same (docs/simnpu.md).
+
 
 class MemoryMeter:
     """Peak and current bytes on one device, the same way on every device.
@@ -63,6 +72,9 @@ class MemoryMeter:
         self._capped = False
         self._limit: Optional[int] = None
         self._active = False
+        self.slack = 0
+        """Free bytes inside the segments reserved when the cap was applied: what the
+        step can use beyond the cap (Note [The cap is on reserved memory])."""
 
     def __repr__(self) -> str:
         return f"MemoryMeter({self.device!r}, backend={self.backend!r})"
@@ -142,8 +154,13 @@ class MemoryMeter:
                 self._apply_cap(self._limit)
 
     def _apply_cap(self, nbytes: int) -> None:
+        # Note [The cap is on reserved memory]: torch_npu's (and CUDA's) fraction caps the
+        # caching allocator's *reserved* segments, not the bytes in use; so the cap is
+        # the reserved level once the cache is emptied, plus ``nbytes``
         self.device.empty_cache()  # cached blocks would count against the fraction
-        self.device.cap(self.start + nbytes)
+        reserved = self.device.reserved()
+        self.slack = max(0, reserved - self.start) if reserved is not None else 0
+        self.device.cap((reserved if reserved is not None else self.start) + nbytes)
         self._capped = True
 
     @property

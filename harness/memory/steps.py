@@ -46,6 +46,9 @@ class StepMeasurement:
     peak: int
     loss: float
     grads: dict[str, torch.Tensor]
+    slack: int = 0
+    """Bytes the cap let the step use beyond ``cap`` (free space in segments reserved
+    before it: Note [The cap is on reserved memory] in :mod:`harness.memory.meter`)."""
 
 
 def measure_step(device, model: torch.nn.Module, inputs: torch.Tensor, target: torch.Tensor,
@@ -63,10 +66,10 @@ def measure_step(device, model: torch.nn.Module, inputs: torch.Tensor, target: t
     device.seed(seed)
     with measure(device, cap=cap) as meter:
         loss = train_step(device, model, optimizer, inputs, target, checkpoint=checkpoint)
-        peak = meter.peak
+        peak, slack = meter.peak, meter.slack
     grads = {name: p.grad.detach().cpu().clone() for name, p in model.named_parameters()
              if p.grad is not None}
-    return StepMeasurement(peak, loss, grads)
+    return StepMeasurement(peak, loss, grads, slack)
 
 
 def copy_model(model: torch.nn.Module) -> torch.nn.Module:

@@ -22,6 +22,11 @@ Environment (read when the simulator loads; children inherit it):
                                 torch_npu's CPU fallback (once per op and process)
 ``HARNESS_SIMNPU_UNSUPPORTED_OPS``  these ops raise torch's "Could not run" error
 ``HARNESS_SIMNPU_CACHE``        build cache (default ``~/.cache/harness-simnpu``)
+``HARNESS_SIMNPU_FIDELITY``     ``1`` (default): behave like torch_npu and HCCL where they
+                                differ from a CPU (docs/simnpu.md, "Fidelity mode");
+                                ``0``: the plain CPU-like simulator
+``HARNESS_SIMNPU_ALLOC_PAD``    bytes the allocator adds before rounding (default 32, as
+                                torch_npu's ``AddPadSize``); a fault changes it
 ==============================  ==========================================================
 
 See docs/simnpu.md for what it can and cannot simulate.
@@ -85,6 +90,30 @@ def cann_version(env: Optional[dict] = None) -> str:
     return env.get("HARNESS_SIMNPU_CANN", "").strip() or DEFAULT_CANN
 
 
+def fidelity(env: Optional[dict] = None) -> bool:
+    """Whether the simulator behaves like torch_npu and HCCL where they differ from a CPU
+    (``HARNESS_SIMNPU_FIDELITY``, on unless ``0``/``false``/``off``/``no``)."""
+    env = os.environ if env is None else env
+    return env.get("HARNESS_SIMNPU_FIDELITY", "1").strip().lower() not in ("0", "false", "off",
+                                                                           "no")
+
+
+ALLOC_PAD = 32
+"""torch_npu's ``AddPadSize()`` (NPUCachingAllocator.cpp): 32 bytes on every SoC but
+Ascend950 with CANN >= 9.1.0."""
+
+
+def alloc_pad(env: Optional[dict] = None) -> int:
+    """The allocator's pad in bytes (``HARNESS_SIMNPU_ALLOC_PAD``, default :data:`ALLOC_PAD`)."""
+    env = os.environ if env is None else env
+    text = env.get("HARNESS_SIMNPU_ALLOC_PAD", "").strip()
+    if not text:
+        return ALLOC_PAD
+    if not text.isdigit():
+        raise ValueError(f"HARNESS_SIMNPU_ALLOC_PAD={text!r} is not a number of bytes; use e.g. 32")
+    return int(text)
+
+
 def _parse_bytes(text: str) -> int:
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?i?B?)?\s*", text, re.IGNORECASE)
     if not match:
@@ -105,6 +134,12 @@ def _op_list(name: str, env: Optional[dict] = None) -> list[str]:
     return ops
 
 
+def cache_root() -> Path:
+    """``$HARNESS_SIMNPU_CACHE`` or ``~/.cache/harness-simnpu``."""
+    return Path(os.environ.get("HARNESS_SIMNPU_CACHE") or os.path.join(
+        os.path.expanduser("~"), ".cache", "harness-simnpu"))
+
+
 def cache_dir() -> Path:
     """Where the build lives: ``$HARNESS_SIMNPU_CACHE`` or ``~/.cache/harness-simnpu``,
     one folder per torch version (an extension is only valid for the torch it was built
@@ -113,8 +148,7 @@ def cache_dir() -> Path:
     rewrite of its source left a stale library that ninja then took as current)."""
     import torch
 
-    root = os.environ.get("HARNESS_SIMNPU_CACHE") or os.path.join(
-        os.path.expanduser("~"), ".cache", "harness-simnpu")
+    root = cache_root()
     version = re.sub(r"[^A-Za-z0-9.+-]", "_", torch.__version__)
     source = hashlib.sha1(Path(__file__).with_name("simnpu.cpp").read_bytes()).hexdigest()
     return Path(root) / f"torch-{version}" / source[:12]
@@ -180,6 +214,7 @@ def load(verbose: bool = False):
     devices = int(os.environ.get("HARNESS_SIMNPU_DEVICES", "1") or 1)
     memory = _parse_bytes(os.environ.get("HARNESS_SIMNPU_MEMORY", "16GiB") or "16GiB")
     ext.init(devices, memory)
+    ext.set_fidelity(fidelity(), alloc_pad() if fidelity() else 0)
     fallback, unsupported = (_op_list("HARNESS_SIMNPU_FALLBACK_OPS"),
                              _op_list("HARNESS_SIMNPU_UNSUPPORTED_OPS"))
     ext.set_ops(fallback, unsupported)
@@ -196,6 +231,8 @@ def load(verbose: bool = False):
                                                          for_packed_sequence=True,
                                                          for_storage=True)
     fake = _module.make_torch_npu(npu, cann_version())
+    if fidelity():
+        _module.install_cann_files(cann_version(), cache_root())
     from harness.kinds import KINDS
     from harness.simnpu import collectives
 

@@ -25,6 +25,11 @@ _DeviceProperties = collections.namedtuple(
 
 CANN_COMPONENTS = ("CANN", "RUNTIME", "COMPILER", "HCCL", "TOOLKIT", "OPP", "OPP_KERNEL")
 DRIVER_VERSION = "24.1.0.simnpu"
+API_SINCE = "8.1.RC1"
+"""The first CANN whose ``get_cann_version`` answers (torch_npu GetCANNInfo.cpp)."""
+NEW_LAYOUT_SINCE = "8.5.0"
+"""The first CANN installed under ``<prefix>/cann/`` rather than
+``<prefix>/ascend-toolkit/latest/`` (CANN 8.5.0 installation guide, "File Paths")."""
 
 
 class Event:
@@ -168,20 +173,30 @@ def make(ext) -> types.ModuleType:
         ext.reset_peak(_index(device))
 
     def set_per_process_memory_fraction(fraction: float, device=None) -> None:
-        if not isinstance(fraction, float) and not isinstance(fraction, int):
+        # torch_npu/npu/memory.py: ``isinstance(fraction, float)`` or TypeError (an int
+        # such as 1 is refused there; the plain simulator let it through)
+        if not isinstance(fraction, float) and (simnpu.fidelity() or not isinstance(fraction, int)):
             raise TypeError("Invalid type for fraction argument, must be `float`")
         if fraction < 0 or fraction > 1:
             raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
         index = _index(device)
         ext.set_cap(index, -1 if fraction >= 1 else int(fraction * ext.total_memory()))
 
+    def memory_reserved(device=None) -> int:
+        return int(ext.stats(_index(device))["reserved_bytes.all.current"])
+
+    def max_memory_reserved(device=None) -> int:
+        return int(ext.stats(_index(device))["reserved_bytes.all.peak"])
+
     def mem_get_info(device=None) -> tuple[int, int]:
         index = _index(device)
         total = int(ext.total_memory())
-        return total - int(ext.stats(index)["allocated_bytes.all.current"]), total
+        return total - int(ext.stats(index)["reserved_bytes.all.current"]), total
 
     def empty_cache() -> None:
-        pass  # no caching: freed blocks return to the host at once
+        """Release the segments no block uses (Note [Fidelity allocator] in simnpu.cpp)."""
+        for index in range(device_count()):
+            ext.empty_cache(index)
 
     def memory_summary(device=None, abbreviated: bool = False) -> str:
         stats = ext.stats(_index(device))
@@ -189,7 +204,9 @@ def make(ext) -> types.ModuleType:
         cap_text = "none" if cap < 0 else f"{cap} B"
         return (f"SimNPU memory summary (npu:{_index(device)})\n"
                 f"  allocated: {stats['allocated_bytes.all.current']} B\n"
-                f"  peak: {stats['allocated_bytes.all.peak']} B\n  cap: {cap_text}\n"
+                f"  peak: {stats['allocated_bytes.all.peak']} B\n"
+                f"  reserved: {stats['reserved_bytes.all.current']} B in "
+                f"{stats['segment.all.current']} segment(s)\n  cap: {cap_text}\n"
                 f"  total: {ext.total_memory()} B\n  OOMs: {stats['num_ooms']}")
 
     # ---- streams, AMP, state
@@ -239,8 +256,6 @@ def make(ext) -> types.ModuleType:
     module.Stream = Stream
     module.manual_seed_all = manual_seed
     module.reset_max_memory_allocated = reset_peak_memory_stats
-    module.memory_reserved = memory_allocated
-    module.max_memory_reserved = max_memory_allocated
     module.OutOfMemoryError = torch.OutOfMemoryError
     module.amp = _make_amp()
     module.utils = _make_utils()
@@ -257,12 +272,55 @@ def _make_amp() -> types.ModuleType:
         return torch.autocast(device_type=simnpu.DEVICE_TYPE, dtype=dtype, enabled=enabled,
                               cache_enabled=cache_enabled)
 
-    def GradScaler(**kwargs):  # noqa: N802 - torch_npu's class name
-        return torch.amp.GradScaler(simnpu.DEVICE_TYPE, **kwargs)
-
     amp.autocast = autocast
-    amp.GradScaler = GradScaler
+    amp.GradScaler = GradScaler if simnpu.fidelity() else _plain_grad_scaler
     return amp
+
+
+def _plain_grad_scaler(**kwargs):
+    """The plain simulator's ``torch_npu.npu.amp.GradScaler``: torch.amp's."""
+    return torch.amp.GradScaler(simnpu.DEVICE_TYPE, **kwargs)
+
+
+class GradScaler(torch.amp.GradScaler):
+    """``torch_npu.npu.amp.GradScaler`` as torch_npu implements it where it differs from
+    ``torch.amp.GradScaler("npu")`` (torch_npu/npu/amp/grad_scaler.py, docs/simnpu.md): no
+    device argument; a ``dynamic`` flag (False: a static loss scale, never updated);
+    defaults init_scale 2**16, growth 2.0, backoff 0.5, interval 2000; ``state_dict``
+    carries ``dynamic``; a back-off prints "Loss scaler reducing loss scale to <scale>" to
+    stdout. Overflow is found by torch's non-finite check, as torch_npu does where the
+    stack supports INF_NAN mode (``is_support_inf_nan()``: A2/A3 on recent CANN)."""
+
+    def __init__(self, init_scale: float = 2.0 ** 16, growth_factor: float = 2.0,
+                 backoff_factor: float = 0.5, growth_interval: int = 2000,
+                 dynamic: bool = True, enabled: bool = True) -> None:
+        super().__init__(simnpu.DEVICE_TYPE, init_scale=init_scale,
+                         growth_factor=growth_factor, backoff_factor=backoff_factor,
+                         growth_interval=growth_interval, enabled=enabled)
+        self._dynamic = dynamic
+
+    def update(self, new_scale=None) -> None:
+        if not self._enabled:
+            return
+        if new_scale is None and not self._dynamic:  # a static scale: only cleared
+            self._per_optimizer_states.clear()
+            return
+        before = self.get_scale()
+        super().update(new_scale)
+        after = self.get_scale()
+        if new_scale is None and after < before:
+            print(f"Loss scaler reducing loss scale to {after}", flush=True)
+
+    def state_dict(self) -> dict:
+        state = super().state_dict()
+        if self._enabled:
+            state["dynamic"] = self._dynamic
+        return state
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        super().load_state_dict(state_dict)
+        if self._enabled:
+            self._dynamic = state_dict.get("dynamic", True)
 
 
 def _make_utils() -> types.ModuleType:
@@ -270,14 +328,23 @@ def _make_utils() -> types.ModuleType:
 
     def get_cann_version(module: str = "CANN") -> str:
         """The simulated CANN version (``HARNESS_SIMNPU_CANN``) for every component but
-        the driver, as a CANN install of one version reports."""
+        the driver, as a CANN install of one version reports.
+
+        Fidelity mode: as torch_npu's ``GetCANNVersion`` (GetCANNInfo.cpp), ``""`` without
+        an exception for an unknown module and below CANN 8.1.RC1 (its
+        ``aclsysGetCANNVersion`` does not exist there); the version is then in the
+        install's files (:func:`install_cann_files`)."""
         module = module.upper()
-        if module == "DRIVER":
-            return DRIVER_VERSION
-        if module not in CANN_COMPONENTS:
+        known = module == "DRIVER" or module in CANN_COMPONENTS
+        if simnpu.fidelity():
+            from harness.stack import compare_versions
+
+            if not known or compare_versions(simnpu.cann_version(), API_SINCE) < 0:
+                return ""
+        elif not known:
             raise ValueError(f"unknown CANN module {module!r}; choose from "
                              f"{', '.join(CANN_COMPONENTS)}, DRIVER")
-        return simnpu.cann_version()
+        return DRIVER_VERSION if module == "DRIVER" else simnpu.cann_version()
 
     utils.get_cann_version = get_cann_version
     return utils
@@ -299,3 +366,45 @@ def make_torch_npu(npu: types.ModuleType, cann: str) -> types.ModuleType:
             module.__spec__ = importlib.machinery.ModuleSpec(name, None)
         sys.modules[name] = module
     return fake
+
+
+def install_cann_files(version: str, root):
+    """A simulated CANN install of ``version`` under ``root`` (the simulator's cache): the
+    files a real one leaves, in its release's layout, so the harness's file fallback reads
+    them as on hardware: ``ascend-toolkit/latest/`` before CANN 8.5.0, ``cann/`` since
+    (:data:`NEW_LAYOUT_SINCE`), each with ``set_env.sh``,
+    ``<arch>-linux/ascend_toolkit_install.info`` (``version=``) and
+    ``<component>/version.info`` (``Version=``). Exports ``ASCEND_HOME_PATH`` and
+    ``ASCEND_TOOLKIT_HOME`` as ``set_env.sh`` does, unless they are set. Returns the home.
+    """
+    import os
+    import platform
+    from pathlib import Path
+
+    from harness.stack import compare_versions
+
+    prefix = Path(root) / "Ascend" / version
+    new = compare_versions(version, NEW_LAYOUT_SINCE) >= 0
+    home = prefix / "cann" if new else prefix / "ascend-toolkit" / "latest"
+    arch = f"{platform.machine() or 'x86_64'}-linux"
+    files = {
+        (prefix / "cann" if new else prefix / "ascend-toolkit") / "set_env.sh":
+            f"export ASCEND_TOOLKIT_HOME={home}\nexport ASCEND_HOME_PATH={home}\n"
+            f"export LD_LIBRARY_PATH={home}/lib64:$LD_LIBRARY_PATH\n",
+        home / arch / "ascend_toolkit_install.info":
+            f"package_name=Ascend-cann-toolkit\nversion={version}\narch={arch[:-6]}\n"
+            f"os=linux\npath={home / arch}\n",
+        **{home / part / "version.info": f"Version={version}\n"
+           for part in ("runtime", "compiler", "hccl", "opp")},
+        prefix / "driver" / "version.info": f"Version={DRIVER_VERSION}\n",
+    }
+    for path, text in files.items():
+        if not path.is_file() or path.read_text() != text:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            partial = path.with_name(f".{path.name}.{os.getpid()}")
+            partial.write_text(text)
+            os.replace(partial, path)
+    for name in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME"):
+        os.environ.setdefault(name, str(home))
+    os.environ.setdefault("ASCEND_DRIVER_PATH", str(prefix / "driver"))
+    return home

@@ -33,9 +33,12 @@
 #include <torch/extension.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <array>
+#include <map>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <optional>
@@ -46,43 +49,66 @@ namespace simnpu {
 
 constexpr int kMaxDevices = 16;
 constexpr size_t kBlock = 512;  // allocations are rounded like torch_npu's caching allocator
+// Note [Fidelity allocator]: torch_npu's NPUCachingAllocator (docs/simnpu.md cites the
+// commit): round_size() adds a 32-byte pad (AddPadSize: every SoC but Ascend950 on
+// CANN >= 9.1.0) before rounding to kMinBlockSize (512); blocks of at most kSmallSize
+// (1 MiB) come from 2 MiB segments (kSmallBuffer), up to kMinLargeAlloc (10 MiB) from
+// 20 MiB ones (kLargeBuffer), larger ones from their own segment rounded to kRoundLarge
+// (2 MiB) (get_allocation_size); a free block stays in its segment (cached, reserved)
+// until empty_cache; and set_per_process_memory_fraction caps the *reserved* memory:
+// alloc_block refuses when total_allocated_memory + segment > allowed_memory_maximum,
+// after one retry that releases the cached segments. The simulator models the blocks and
+// segments as offsets (the memory itself is still one host allocation per block).
+constexpr int64_t kPad = 32;
+constexpr int64_t kSmallSize = int64_t(1) << 20;
+constexpr int64_t kSmallBuffer = int64_t(2) << 20;
+constexpr int64_t kLargeBuffer = int64_t(20) << 20;
+constexpr int64_t kMinLargeAlloc = int64_t(10) << 20;
+constexpr int64_t kRoundLarge = int64_t(2) << 20;
 
 struct Config {
   int device_count = 1;
   int64_t total_memory = int64_t(16) << 30;
+  bool fidelity = true;   // Note [Fidelity allocator]; false: exact 512-byte blocks
+  int64_t pad = kPad;     // bytes added before rounding (a fault changes it)
 };
 Config g_config;
 thread_local int g_current_device = 0;
 
 // ------------------------------------------------------------------------ allocator
+struct Segment {
+  int64_t size = 0;
+  bool small = false;
+  std::map<int64_t, std::pair<int64_t, bool>> blocks;  // offset -> (size, free)
+};
+
 struct Stats {
   int64_t allocated = 0;
   int64_t peak = 0;
+  int64_t reserved = 0;
+  int64_t reserved_peak = 0;
   int64_t cap = -1;  // bytes; -1: no cap
   int64_t num_ooms = 0;
   int64_t num_allocs = 0;
+  int64_t num_segments = 0;
+  int64_t next_segment = 0;
+  std::map<int64_t, Segment> segments;  // id -> segment (fidelity mode only)
 };
 std::mutex g_stats_mutex;
 std::array<Stats, kMaxDevices> g_stats;
 
-struct Block {
-  void* ptr;
-  int64_t size;
-  int device;
+// What account() counted for one allocation: its block's size and place.
+struct Counted {
+  int64_t size = 0;
+  int64_t segment = -1;
+  int64_t offset = 0;
 };
 
-// Uncount `size` bytes counted by account() on `device` (the memory is being freed).
-void uncount(int device, int64_t size) {
-  std::lock_guard<std::mutex> lock(g_stats_mutex);
-  g_stats[device].allocated -= size;
-}
-
-void delete_block(void* ctx) {
-  auto* block = static_cast<Block*>(ctx);
-  uncount(block->device, block->size);
-  c10::free_cpu(block->ptr);
-  delete block;
-}
+struct Block {
+  void* ptr;
+  Counted counted;
+  int device;
+};
 
 std::string format_bytes(int64_t n) {
   char buf[64];
@@ -94,29 +120,160 @@ std::string format_bytes(int64_t n) {
   return buf;
 }
 
-// Count an allocation of `nbytes` on `device` (rounded to kBlock); over the device's cap
-// or capacity it raises torch_npu's out-of-memory error instead. Returns the size counted.
-int64_t account(int device, size_t nbytes) {
-  const int64_t size = static_cast<int64_t>((nbytes + kBlock - 1) / kBlock * kBlock);
+int64_t round_size(int64_t nbytes) {
+  if (!g_config.fidelity) {
+    return (nbytes + int64_t(kBlock) - 1) / int64_t(kBlock) * int64_t(kBlock);
+  }
+  const int64_t size = nbytes + g_config.pad;
+  if (size < int64_t(kBlock)) {
+    return kBlock;
+  }
+  return int64_t(kBlock) * ((size + int64_t(kBlock) - 1) / int64_t(kBlock));
+}
+
+int64_t segment_size(int64_t size) {
+  if (size <= kSmallSize) {
+    return kSmallBuffer;
+  }
+  if (size < kMinLargeAlloc) {
+    return kLargeBuffer;
+  }
+  return kRoundLarge * ((size + kRoundLarge - 1) / kRoundLarge);
+}
+
+// Release the segments with no block in use (empty_cache; the OOM retry). Lock held.
+void release_cached(Stats& stats) {
+  for (auto it = stats.segments.begin(); it != stats.segments.end();) {
+    const Segment& seg = it->second;
+    if (seg.blocks.size() == 1 && seg.blocks.begin()->second.second) {
+      stats.reserved -= seg.size;
+      stats.num_segments -= 1;
+      it = stats.segments.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+// Best-fit free block of the right pool, split as torch_npu splits (small: a remainder
+// of at least 512 bytes; large: more than 1 MiB). Lock held; false when none fits.
+bool take_block(Stats& stats, int64_t size, Counted& out) {
+  const bool small = size <= kSmallSize;
+  Segment* best_seg = nullptr;
+  int64_t best_id = -1, best_offset = 0, best_size = 0;
+  for (auto& [id, seg] : stats.segments) {
+    if (seg.small != small) {
+      continue;
+    }
+    for (auto& [offset, block] : seg.blocks) {
+      if (block.second && block.first >= size && (best_seg == nullptr || block.first < best_size)) {
+        best_seg = &seg, best_id = id, best_offset = offset, best_size = block.first;
+      }
+    }
+  }
+  if (best_seg == nullptr) {
+    return false;
+  }
+  const int64_t remaining = best_size - size;
+  const bool split = small ? remaining >= int64_t(kBlock) : remaining > kSmallSize;
+  const int64_t taken = split ? size : best_size;
+  best_seg->blocks[best_offset] = {taken, false};
+  if (split) {
+    best_seg->blocks[best_offset + size] = {remaining, true};
+  }
+  out = Counted{taken, best_id, best_offset};
+  return true;
+}
+
+[[noreturn]] void raise_oom(Stats& stats, int device, int64_t size, int64_t limit) {
+  stats.num_ooms += 1;
+  // torch_npu's wording: "NPU out of memory. Tried to allocate ..."
+  TORCH_CHECK_WITH(OutOfMemoryError, false, "NPU out of memory. Tried to allocate ",
+                   format_bytes(size), " (NPU ", device, "; ",
+                   format_bytes(g_config.total_memory), " total capacity; ",
+                   format_bytes(stats.allocated), " already allocated; ",
+                   format_bytes(stats.reserved), " reserved in total by PyTorch; ",
+                   format_bytes(limit), " allowed by set_per_process_memory_fraction) "
+                   "[SimNPU]");
+}
+
+// Count an allocation of `nbytes` on `device`: a block (rounded, Note [Fidelity
+// allocator]) in a reserved segment; past the cap or the capacity it raises torch_npu's
+// out-of-memory error instead.
+Counted account(int device, size_t nbytes) {
+  const int64_t size = round_size(static_cast<int64_t>(nbytes));
   std::lock_guard<std::mutex> lock(g_stats_mutex);
   Stats& stats = g_stats[device];
   const int64_t limit = stats.cap >= 0 ? stats.cap : g_config.total_memory;
-  if (stats.allocated + size > limit) {
-    stats.num_ooms += 1;
-    // torch_npu's wording: "NPU out of memory. Tried to allocate ..."
-    TORCH_CHECK_WITH(OutOfMemoryError, false, "NPU out of memory. Tried to allocate ",
-                     format_bytes(size), " (NPU ", device, "; ",
-                     format_bytes(g_config.total_memory), " total capacity; ",
-                     format_bytes(stats.allocated), " already allocated; ",
-                     format_bytes(limit), " allowed by set_per_process_memory_fraction) "
-                     "[SimNPU]");
+  Counted counted{size, -1, 0};
+  if (!g_config.fidelity) {
+    if (stats.allocated + size > limit) {
+      raise_oom(stats, device, size, limit);
+    }
+    stats.reserved += size;
+  } else if (!take_block(stats, size, counted)) {
+    const int64_t grow = segment_size(size);
+    if (stats.reserved + grow > limit) {
+      release_cached(stats);  // torch_npu retries once after freeing the cached blocks
+    }
+    if (stats.reserved + grow > limit) {
+      raise_oom(stats, device, size, limit);
+    }
+    const int64_t id = stats.next_segment++;
+    Segment& seg = stats.segments[id];
+    seg.size = grow;
+    seg.small = size <= kSmallSize;
+    seg.blocks[0] = {grow, true};
+    stats.reserved += grow;
+    stats.num_segments += 1;
+    take_block(stats, size, counted);
   }
-  stats.allocated += size;
+  stats.allocated += counted.size;
   stats.num_allocs += 1;
-  if (stats.allocated > stats.peak) {
-    stats.peak = stats.allocated;
+  stats.peak = std::max(stats.peak, stats.allocated);
+  stats.reserved_peak = std::max(stats.reserved_peak, stats.reserved);
+  return counted;
+}
+
+// Uncount what account() counted on `device` (the memory is being freed): the block goes
+// back to its segment, merged with free neighbours; the segment stays reserved.
+void uncount(int device, const Counted& counted) {
+  std::lock_guard<std::mutex> lock(g_stats_mutex);
+  Stats& stats = g_stats[device];
+  stats.allocated -= counted.size;
+  if (counted.segment < 0) {
+    stats.reserved -= counted.size;
+    return;
   }
-  return size;
+  auto found = stats.segments.find(counted.segment);
+  if (found == stats.segments.end()) {
+    return;
+  }
+  auto& blocks = found->second.blocks;
+  auto it = blocks.find(counted.offset);
+  if (it == blocks.end()) {
+    return;
+  }
+  it->second.second = true;
+  auto next = std::next(it);
+  if (next != blocks.end() && next->second.second) {
+    it->second.first += next->second.first;
+    blocks.erase(next);
+  }
+  if (it != blocks.begin()) {
+    auto prev = std::prev(it);
+    if (prev->second.second) {
+      prev->second.first += it->second.first;
+      blocks.erase(it);
+    }
+  }
+}
+
+void delete_block(void* ctx) {
+  auto* block = static_cast<Block*>(ctx);
+  uncount(block->device, block->counted);
+  c10::free_cpu(block->ptr);
+  delete block;
 }
 
 struct SimAllocator final : c10::Allocator {
@@ -126,9 +283,9 @@ struct SimAllocator final : c10::Allocator {
     if (nbytes == 0) {
       return c10::DataPtr(nullptr, dev);
     }
-    const int64_t size = account(device, nbytes);
+    const Counted counted = account(device, nbytes);
     void* ptr = c10::alloc_cpu(nbytes);
-    auto* block = new Block{ptr, size, device};
+    auto* block = new Block{ptr, counted, device};
     return c10::DataPtr(ptr, block, &delete_block, dev);
   }
 
@@ -350,7 +507,7 @@ at::Tensor host_alias(const at::Tensor& t) {
 
 struct Adopted {
   c10::Storage host;  // the CPU kernel's result storage, kept alive by the device tensor
-  int64_t size;
+  Counted size;
   int device;
 };
 
@@ -373,7 +530,7 @@ at::Tensor adopt(const at::Tensor& t, const c10::Device& device) {
     return t.to(device);
   }
   const int index = device.has_index() ? device.index() : g_current_device;
-  const int64_t size = account(index, host.nbytes());
+  const Counted size = account(index, host.nbytes());
   auto* ctx = new Adopted{host, size, index};
   c10::DataPtr ptr(data.get(), ctx, &release_adopted,
                    c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(index)));
@@ -686,6 +843,31 @@ std::string full_name(const c10::OperatorHandle& op) {
   return name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
 }
 
+// Note [Fallback warnings reach stderr only]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// torch_npu's TORCH_NPU_WARN (NPUException.h/.cpp: warn_()) hands the warning to a base
+// c10::WarningHandler of its own, never to the handler torch installs for Python, so the
+// CPU-fallback warning is a line on file descriptor 2 ("[W... ] Warning: CAUTION: ..."),
+// never a Python warning; and warn_() prints nothing unless
+// OptionsManager::ShouldPrintWarning(): TORCH_NPU_WARNING_DISABLE (or the deprecated
+// TORCH_NPU_DISABLED_WARNING) is not 1, and RANK is unset or 0. Decided once per process,
+// at the first warning (a static there too).
+bool should_print_warning() {
+  static const bool print = []() {
+    const char* disabled = std::getenv("TORCH_NPU_WARNING_DISABLE");
+    if (disabled == nullptr) {
+      disabled = std::getenv("TORCH_NPU_DISABLED_WARNING");
+    }
+    if (disabled != nullptr && std::strtol(disabled, nullptr, 10) == 1) {
+      return false;
+    }
+    const char* rank = std::getenv("RANK");
+    const long id = rank != nullptr ? std::strtol(rank, nullptr, 10) : -1;
+    return id == 0 || id == -1;
+  }();
+  return print;
+}
+
 // The configured op lists: refuse an op on the unsupported list, warn (once) for one on
 // the fallback list.
 void check_op_lists(const c10::OperatorHandle& op) {
@@ -707,9 +889,17 @@ void check_op_lists(const c10::OperatorHandle& op) {
                               "' with arguments from the 'npu' backend. SimNPU lists it in "
                               "HARNESS_SIMNPU_UNSUPPORTED_OPS (a simulated missing kernel).");
   if (warn) {
-    TORCH_WARN("CAUTION: The operator '", full,
-               "' is not currently supported on the NPU backend and will fall back to run on "
-               "the CPU. This may have performance implications.");
+    const std::string text = c10::str(
+        "CAUTION: The operator '", full,
+        "' is not currently supported on the NPU backend and will fall back to run on "
+        "the CPU. This may have performance implications.");
+    if (!g_config.fidelity) {
+      TORCH_WARN(text);  // a Python warning where the caller is Python (not torch_npu's way)
+    } else if (should_print_warning()) {
+      // Note [Fallback warnings reach stderr only]
+      static c10::WarningHandler base;
+      base.process(c10::Warning(c10::UserWarning(), {__func__, __FILE__, __LINE__}, text, false));
+    }
   }
 }
 
@@ -818,6 +1008,9 @@ py::dict stats(int device) {
   py::dict out;
   out["allocated_bytes.all.current"] = s.allocated;
   out["allocated_bytes.all.peak"] = s.peak;
+  out["reserved_bytes.all.current"] = s.reserved;
+  out["reserved_bytes.all.peak"] = s.reserved_peak;
+  out["segment.all.current"] = s.num_segments;
   out["num_alloc_retries"] = 0;
   out["num_ooms"] = s.num_ooms;
   out["num_allocs"] = s.num_allocs;
@@ -829,6 +1022,21 @@ void reset_peak(int device) {
   check_device(device);
   std::lock_guard<std::mutex> lock(g_stats_mutex);
   g_stats[device].peak = g_stats[device].allocated;
+  g_stats[device].reserved_peak = g_stats[device].reserved;
+}
+
+void empty_cache(int device) {
+  check_device(device);
+  std::lock_guard<std::mutex> lock(g_stats_mutex);
+  release_cached(g_stats[device]);
+}
+
+// Fidelity mode (Note [Fidelity allocator], Note [Fallback warnings reach stderr only]),
+// and the allocator's pad; set before the first allocation.
+void set_fidelity(bool fidelity, int64_t pad) {
+  TORCH_CHECK(pad >= 0, "SimNPU: the allocator pad must be >= 0, got ", pad);
+  g_config.fidelity = fidelity;
+  g_config.pad = pad;
 }
 
 void set_cap(int device, int64_t cap) {
@@ -858,6 +1066,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   });
   m.def("stats", &simnpu::stats, "Allocator statistics of one device");
   m.def("reset_peak", &simnpu::reset_peak);
+  m.def("empty_cache", &simnpu::empty_cache, "Release the segments no block uses");
+  m.def("set_fidelity", &simnpu::set_fidelity, "Fidelity mode and the allocator's pad");
+  m.def("fidelity", []() { return simnpu::g_config.fidelity; });
+  m.def("round_size", &simnpu::round_size, "The block size an allocation of n bytes takes");
   m.def("set_cap", &simnpu::set_cap, "Cap a device's allocations (bytes; -1 lifts the cap)");
   m.def("route_to_cpu", &simnpu::route_to_cpu, "Run these ops' CPU kernels, not composites");
   m.def("set_ops", &simnpu::set_ops, "Ops that warn like torch_npu's fallback / are refused");

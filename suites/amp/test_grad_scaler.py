@@ -1,5 +1,10 @@
 """GradScaler semantics on the DUT: the classic scale sequence, unscale_ before
-clip_grad_norm_, the state_dict round trip, and the overflow/skip rate by init_scale."""
+clip_grad_norm_, the state_dict round trip, and the overflow/skip rate by init_scale.
+
+The first three run on every GradScaler the device has (``Device.grad_scaler_apis``):
+``torch.amp.GradScaler(<type>)``, and on Ascend also ``torch_npu.npu.amp.GradScaler``,
+the one Ascend's verified list names, implemented apart from torch's (its records add
+the API's name as a last part; torch.amp's keep their ids)."""
 
 import copy
 import math
@@ -33,9 +38,26 @@ def _max_change(before, after) -> float:
 
 INF_STEP = 1
 GROWTH, BACKOFF, INIT = 2.0, 0.5, 128.0
+APIS = ["torch.amp", "vendor"]
 
 
-def test_classic_scale_sequence(device, results):
+@pytest.fixture(params=APIS)
+def scaler_api(request, device) -> str:
+    """Each GradScaler API of the device: torch.amp's, then the vendor's where it exists."""
+    if request.param == "torch.amp":
+        return "torch.amp"
+    vendor = device.vendor_grad_scaler()
+    if vendor is None:
+        pytest.skip(f"{device.type} has no vendor GradScaler beside torch.amp's")
+    return vendor
+
+
+def _api_part(api: str) -> tuple:
+    """The record id's extra part: none for torch.amp (its ids stay), the module name else."""
+    return () if api == "torch.amp" else (api,)
+
+
+def test_classic_scale_sequence(device, results, scaler_api):
     """init_scale 128, growth 2 every step, one inf at step 1 of 4: the scale ends at
     128 * 2^3 * 0.5, the inf step is skipped and leaves the parameters unchanged."""
     model, x, y = _linear_problem(device)
@@ -43,7 +65,7 @@ def test_classic_scale_sequence(device, results):
     with device.scope():
         model.to(device.torch_device)
         x, y = x.to(device.torch_device), y.to(device.torch_device)
-        scaler = device.grad_scaler(init_scale=INIT, growth_factor=GROWTH,
+        scaler = device.grad_scaler(scaler_api, init_scale=INIT, growth_factor=GROWTH,
                                     backoff_factor=BACKOFF, growth_interval=1)
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         for step in range(4):
@@ -63,7 +85,7 @@ def test_classic_scale_sequence(device, results):
     skipped = [i for i, change in enumerate(changes) if change == 0.0]
     ok = scales == expected and skipped == [INF_STEP]
     results.check(
-        ids.record("amp", "grad_scaler", "float16", "classic_sequence"), ok=ok,
+        ids.record("amp", "grad_scaler", "float16", "classic_sequence", *_api_part(scaler_api)), ok=ok,
         metrics={"final_scale": scales[-1], "skipped_steps": len(skipped),
                  "inf_step_param_change": changes[INF_STEP]},
         rules={"final_scale": equal(), "skipped_steps": equal(),
@@ -75,7 +97,7 @@ def test_classic_scale_sequence(device, results):
                 f"[{INF_STEP}]")
 
 
-def test_unscale_then_clip(device, results):
+def test_unscale_then_clip(device, results, scaler_api):
     """scaler.unscale_ then clip_grad_norm_: the norm is the true (unscaled) one, the
     clipped gradients respect max_norm, and step() does not unscale a second time."""
     model, x, y = _linear_problem(device, seed=1)
@@ -90,7 +112,7 @@ def test_unscale_then_clip(device, results):
     with device.scope():
         model.to(device.torch_device)
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        scaler = device.grad_scaler(init_scale=2.0 ** 12)
+        scaler = device.grad_scaler(scaler_api, init_scale=2.0 ** 12)
         with device.autocast(torch.float16):
             loss = F.mse_loss(model(x.to(device.torch_device)).float(), y.to(device.torch_device))
         scaler.scale(loss).backward()
@@ -107,7 +129,7 @@ def test_unscale_then_clip(device, results):
     rel_param_err = param_err / step_size
     ok = norm_err <= 1e-2 and clipped <= max_norm * (1 + 1e-3) and rel_param_err <= 2e-2
     results.check(
-        ids.record("amp", "grad_scaler", "float16", "unscale_then_clip"), ok=ok,
+        ids.record("amp", "grad_scaler", "float16", "unscale_then_clip", *_api_part(scaler_api)), ok=ok,
         metrics={"norm_rel_err": norm_err, "clipped_norm_over_max": clipped / max_norm,
                  "step_rel_err": rel_param_err},
         rules={"norm_rel_err": lower(rel=4.0, abs=1e-3),
@@ -135,18 +157,18 @@ def _scaler_steps(device, scaler, model, opt, x, y, steps, inf_at=()):
     return scales
 
 
-def test_state_dict_round_trip(device, results):
+def test_state_dict_round_trip(device, results, scaler_api):
     """A scaler restored from state_dict() carries on exactly like the original."""
     model, x, y = _linear_problem(device, seed=2)
     with device.scope():
         model.to(device.torch_device)
         x, y = x.to(device.torch_device), y.to(device.torch_device)
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
-        scaler = device.grad_scaler(init_scale=2.0 ** 10, growth_factor=2.0,
+        scaler = device.grad_scaler(scaler_api, init_scale=2.0 ** 10, growth_factor=2.0,
                                     backoff_factor=0.25, growth_interval=2)
         _scaler_steps(device, scaler, model, opt, x, y, 3, inf_at=(1,))
         state = scaler.state_dict()
-        restored = device.grad_scaler()
+        restored = device.grad_scaler(scaler_api)
         restored.load_state_dict(state)
         again = restored.state_dict()
         mismatched = sorted(k for k in set(state) | set(again)
@@ -160,7 +182,7 @@ def test_state_dict_round_trip(device, results):
     diverging = sum(u != v for u, v in zip(a, b))
     ok = not mismatched and diverging == 0
     results.check(
-        ids.record("amp", "grad_scaler", "float16", "state_dict_round_trip"), ok=ok,
+        ids.record("amp", "grad_scaler", "float16", "state_dict_round_trip", *_api_part(scaler_api)), ok=ok,
         metrics={"mismatched_keys": len(mismatched), "diverging_scales": diverging},
         rules={"mismatched_keys": equal(), "diverging_scales": equal()},
         info={"state": {k: float(v) for k, v in state.items()}, "original": a, "restored": b},
