@@ -1157,8 +1157,7 @@ for _name in KEYWORD_SAMPLES:
 
 def _specs(args):
     for spec in args:
-        for one in (spec if isinstance(spec, (list, tuple)) else (spec,)):
-            yield one
+        yield from (spec if isinstance(spec, (list, tuple)) else (spec,))
 
 
 def _first_plain(entry: OpEntry):
@@ -1279,8 +1278,9 @@ SIZE_BOUNDARIES = (15, 17, 31, 33) + tuple(n for k in range(10, 21) for n in
 
 SIZE_FULL_OUTPUT = 1 << 14
 """Past this, a row whose output is as large as its input (scan, sort, normalisation) runs
-its boundary samples forward only and behind --run-slow: judging a million-element output
-costs a second of the default run; a full reduction's scalar output costs nothing."""
+its boundary samples forward only, the default run those just past each boundary (2^k + 1)
+and --run-slow those just below: judging a million-element output costs a second of the
+default run; a full reduction's scalar output costs nothing, it runs every size."""
 
 
 def _sizes(make, *, full_output: bool = False) -> tuple[Sample, ...]:
@@ -1288,7 +1288,8 @@ def _sizes(make, *, full_output: bool = False) -> tuple[Sample, ...]:
     for n in SIZE_BOUNDARIES:
         big = full_output and n > SIZE_FULL_OUTPUT
         args, kwargs = make(n, not big and full_output)
-        out.append(Sample(f"n{n}", args, kwargs, slow=big, dtypes=("float32",)))
+        out.append(Sample(f"n{n}", args, kwargs, slow=big and n % 2 == 1 and (n + 1) & n == 0,
+                          dtypes=("float32",)))
     return tuple(out)
 
 

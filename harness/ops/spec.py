@@ -86,7 +86,7 @@ LAYOUTS: dict[str, int] = {"channels_last": 4, "channels_last_3d": 5, "expanded"
 """Layout name -> the rank it needs (0: any)."""
 
 
-def base_shape(spec: "T") -> tuple[int, ...]:
+def base_shape(spec: T) -> tuple[int, ...]:
     """The shape drawn for ``spec`` before :func:`lay_out` makes its view."""
     if spec.layout == "expanded" and spec.shape:
         return (1, *spec.shape[1:])
@@ -98,7 +98,7 @@ def base_shape(spec: "T") -> tuple[int, ...]:
     return tuple(spec.shape)
 
 
-def lay_out(tensor: torch.Tensor, spec: "T", leaf: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def lay_out(tensor: torch.Tensor, spec: T, leaf: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """``(argument, grad_leaf)``: ``tensor`` (drawn in :func:`base_shape`) in ``spec``'s
     layout; ``leaf`` marks the base as requiring grad first (Note [Argument layouts])."""
     if spec.layout in ("channels_last", "channels_last_3d"):
@@ -206,7 +206,7 @@ class OpEntry:
             out += [d for d in sample.dtypes or () if d not in out]
         return tuple(out)
 
-    def runs_in(self, sample: "Sample", dtype: str) -> bool:
+    def runs_in(self, sample: Sample, dtype: str) -> bool:
         """Whether ``sample`` runs in ``dtype`` (:attr:`Sample.dtypes`, else the entry's)."""
         return dtype in (sample.dtypes if sample.dtypes is not None else self.dtypes)
 
