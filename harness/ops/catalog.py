@@ -1315,12 +1315,47 @@ SLOW_SIZE_SAMPLES: dict[str, tuple[Sample, ...]] = {
 }
 
 
+# Note [Size bands of every row]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# ``faults mutate`` found elementwise kernels wrong only past 1024 or 4096 elements
+# surviving: every ordinary sample holds at most 1024 elements, the next is the slow
+# 1M one. So every row whose first plain sample's tensors all share one shape (unary,
+# binary, ternary, losses) runs it again flattened to 1-d of 2^11 + 1 and 2^13 + 1
+# elements, in its first dtype: one size in each band between the default samples and
+# the slow ones, at a few milliseconds a row. Reduction rows get the full sweep
+# (SIZE_SAMPLES); a row with a structured input (conv, pooling, indexing) keeps its own.
+BAND_SIZES = ((1 << 11) + 1, (1 << 13) + 1)
+
+
+BAND_REFUSES: dict[str, str] = {
+    "cross": "takes vectors of 3", "cosine_similarity": "reduces dim 1",
+    "getitem_slice": "slices dim 1"}
+"""Rows whose 2-d sample has no 1-d twin, and why (Note [Size bands of every row])."""
+
+
+def band_samples(entry: OpEntry) -> tuple[Sample, ...]:
+    sample = _first_plain(entry)
+    if (sample is None or entry.name in SIZE_SAMPLES or entry.judge is not None
+            or entry.name in BAND_REFUSES):
+        return ()
+    tensors = [a for a in _specs(sample.args) if isinstance(a, T)]
+    if (any(isinstance(a, (list, tuple)) for a in sample.args) or len(tensors[0].shape) != 2
+            or any(t.shape != tensors[0].shape for t in tensors)
+            or any(not isinstance(a, T) for a in sample.args)
+            or any(k in sample.kwargs for k in ("dim", "shape", "dims", "size", "chunks"))):
+        return ()
+    return tuple(Sample(f"band{n}", tuple(dataclasses.replace(t, shape=(n,), noncontig=False)
+                                          for t in sample.args), dict(sample.kwargs),
+                        dtypes=(entry.dtypes[0],)) for n in BAND_SIZES)
+
+
 def _called(entry: OpEntry) -> tuple[Sample, ...]:
     return (*SIZE_SAMPLES.get(entry.name, ()), *SLOW_SIZE_SAMPLES.get(entry.name, ()),
-            *int_limit_samples(entry), *layout_samples(entry))
+            *int_limit_samples(entry), *layout_samples(entry), *band_samples(entry))
 
 
-for _name in (*SIZE_SAMPLES, *SLOW_SIZE_SAMPLES, *INT_REFUSES, *LAYOUT_REFUSES):
+for _name in (*SIZE_SAMPLES, *SLOW_SIZE_SAMPLES, *INT_REFUSES, *LAYOUT_REFUSES,
+              *BAND_REFUSES):
     if _name not in _BY_ROW:
         raise ValueError(f"the size / integer tables name {_name!r}, which is not a catalog row")
 
