@@ -271,7 +271,8 @@ def test_scaler_skips_backs_off_and_regrows(kind, device, results):
         ok=scales == expected and skipped == [INF_STEP],
         metrics={"final_scale": scales[-1], "skipped_steps": len(skipped)},
         rules={"final_scale": equal(), "skipped_steps": equal()},
-        info={"scales": scales, "expected_scales": expected, "param_changes": changes},
+        info={"scales": scales, "expected_scales": expected,  # a step taken on -inf: inf
+              "param_changes": [c if math.isfinite(c) else str(c) for c in changes]},
         message=f"GradScaler with {kind} at step {INF_STEP}: scales {scales}, expected "
                 f"{expected} (growth every 2 clean steps); unchanged steps {skipped}, "
                 f"expected [{INF_STEP}]")
