@@ -35,29 +35,44 @@ INF_STEP = 1
 GROWTH, BACKOFF, INIT = 2.0, 0.5, 128.0
 
 
-def test_classic_scale_sequence(device, results):
-    """init_scale 128, growth 2 every step, one inf at step 1 of 4: the scale ends at
-    128 * 2^3 * 0.5, the inf step is skipped and leaves the parameters unchanged."""
+def _scale_sequence(device, *, steps, growth_interval, amp, corrupt):
+    """SGD steps under a GradScaler (init 128, growth 2, backoff 0.5); ``corrupt(model)``
+    writes a non-finite gradient at step INF_STEP. Returns the scale after each step and
+    each step's largest parameter change."""
     model, x, y = _linear_problem(device)
     scales, changes = [], []
     with device.scope():
         model.to(device.torch_device)
         x, y = x.to(device.torch_device), y.to(device.torch_device)
         scaler = device.grad_scaler(init_scale=INIT, growth_factor=GROWTH,
-                                    backoff_factor=BACKOFF, growth_interval=1)
+                                    backoff_factor=BACKOFF, growth_interval=growth_interval)
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        for step in range(4):
+        for step in range(steps):
             opt.zero_grad()
-            with device.autocast(torch.float16):
-                loss = F.mse_loss(model(x).float(), y)
+            if amp:
+                with device.autocast(torch.float16):
+                    loss = F.mse_loss(model(x).float(), y)
+            else:
+                loss = F.mse_loss(model(x), y)
             scaler.scale(loss).backward()
             if step == INF_STEP:
-                model.weight.grad[0, 0] = float("inf")
+                corrupt(model)
             before = _params(model)
             scaler.step(opt)
             scaler.update()
             scales.append(float(scaler.get_scale()))
             changes.append(_max_change(before, _params(model)))
+    return scales, changes
+
+
+def test_classic_scale_sequence(device, results):
+    """init_scale 128, growth 2 every step, one inf at step 1 of 4: the scale ends at
+    128 * 2^3 * 0.5, the inf step is skipped and leaves the parameters unchanged."""
+    def corrupt(model):
+        model.weight.grad[0, 0] = float("inf")
+
+    scales, changes = _scale_sequence(device, steps=4, growth_interval=1, amp=True,
+                                      corrupt=corrupt)
     expected = [INIT * GROWTH, INIT * GROWTH * BACKOFF, INIT * GROWTH ** 2 * BACKOFF,
                 INIT * GROWTH ** 3 * BACKOFF]
     skipped = [i for i, change in enumerate(changes) if change == 0.0]
@@ -246,24 +261,11 @@ def test_scaler_skips_backs_off_and_regrows(kind, device, results):
     """GradScaler (init 128, growth 2 every 2 clean steps, backoff 0.5) with a ``kind``
     gradient at step 1 of 5: that step is skipped (parameters unchanged), the scale backs
     off to 64, and grows back to 128 only after two clean steps (growth interval)."""
-    model, x, y = _linear_problem(device)
-    scales, changes = [], []
-    with device.scope():
-        model.to(device.torch_device)
-        x, y = x.to(device.torch_device), y.to(device.torch_device)
-        scaler = device.grad_scaler(init_scale=INIT, growth_factor=GROWTH,
-                                    backoff_factor=BACKOFF, growth_interval=2)
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        for step in range(5):
-            opt.zero_grad()
-            scaler.scale(F.mse_loss(model(x), y)).backward()
-            if step == INF_STEP:
-                model.bias.grad[1] = NONFINITE[kind]  # one element of one gradient of two
-            before = _params(model)
-            scaler.step(opt)
-            scaler.update()
-            scales.append(float(scaler.get_scale()))
-            changes.append(_max_change(before, _params(model)))
+    def corrupt(model):  # one element of one gradient of two
+        model.bias.grad[1] = NONFINITE[kind]
+
+    scales, changes = _scale_sequence(device, steps=5, growth_interval=2, amp=False,
+                                      corrupt=corrupt)
     expected = [INIT, INIT * BACKOFF, INIT * BACKOFF, INIT, INIT]
     skipped = [i for i, change in enumerate(changes) if change == 0.0]
     results.check(
