@@ -1267,7 +1267,7 @@ def _relaid_domain(sample: Sample, name: str, dtypes) -> Sample:
 # Reduction, scan, sort, matmul and normalisation kernels change strategy with the size:
 # a vector width (16, 32), a block or tile (powers of two from 2^10 to 2^20), a second pass
 # past the first level of a tree. Each such row gets 1-d samples on either side of every
-# boundary (2^k - 1 and 2^k + 1 elements for k = 10..20, and 15/17, 31/33), in fp32, so a
+# boundary (2^k - 1 and 2^k + 1 elements for k = 10..20, and 15/17, 31/33), in fp32 (a scan, sort or normalisation past 2^16 + 1: --run-slow, SIZE_DEFAULT_MAX), so a
 # kernel wrong only past a block shows on the op; a 2^20-element fp32 tensor is 4 MB, and
 # the whole sweep of a row costs tens of milliseconds. The reduction is over the whole
 # tensor (or the one dim), the way a loss or a norm calls it. 2^31 + 1 elements (past
@@ -1277,10 +1277,12 @@ SIZE_BOUNDARIES = (15, 17, 31, 33) + tuple(n for k in range(10, 21) for n in
 
 
 SIZE_FULL_OUTPUT = 1 << 14
-"""Past this, a row whose output is as large as its input (scan, sort, normalisation) runs
-its boundary samples forward only, the default run those just past each boundary (2^k + 1)
-and --run-slow those just below: judging a million-element output costs a second of the
-default run; a full reduction's scalar output costs nothing, it runs every size."""
+SIZE_DEFAULT_MAX = (1 << 16) + 1
+"""Past SIZE_FULL_OUTPUT, a row whose output is as large as its input (scan, sort,
+normalisation) runs its boundary samples forward only: the default run those just past
+each boundary (2^k + 1) up to SIZE_DEFAULT_MAX, --run-slow the rest (judging a
+million-element output costs half a second of the default run: 4 s for the four rows); a
+full reduction's scalar output costs nothing, it runs every size by default."""
 
 
 def _sizes(make, *, full_output: bool = False) -> tuple[Sample, ...]:
@@ -1288,7 +1290,8 @@ def _sizes(make, *, full_output: bool = False) -> tuple[Sample, ...]:
     for n in SIZE_BOUNDARIES:
         big = full_output and n > SIZE_FULL_OUTPUT
         args, kwargs = make(n, not big and full_output)
-        out.append(Sample(f"n{n}", args, kwargs, slow=big and n % 2 == 1 and (n + 1) & n == 0,
+        below = (n + 1) & n == 0  # 2^k - 1
+        out.append(Sample(f"n{n}", args, kwargs, slow=big and (below or n > SIZE_DEFAULT_MAX),
                           dtypes=("float32",)))
     return tuple(out)
 
