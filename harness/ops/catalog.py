@@ -1267,7 +1267,8 @@ def _relaid_domain(sample: Sample, name: str, dtypes) -> Sample:
 # Reduction, scan, sort, matmul and normalisation kernels change strategy with the size:
 # a vector width (16, 32), a block or tile (powers of two from 2^10 to 2^20), a second pass
 # past the first level of a tree. Each such row gets 1-d samples on either side of every
-# boundary (2^k - 1 and 2^k + 1 elements for k = 10..20, and 15/17, 31/33), in fp32 (a scan, sort or normalisation past 2^16 + 1: --run-slow, SIZE_DEFAULT_MAX), so a
+# boundary (2^k - 1 and 2^k + 1 elements for k = 10..20, and 15/17, 31/33), in fp32 (a
+# scan, sort or normalisation past 2^16 + 1: --run-slow, SIZE_DEFAULT_MAX), so a
 # kernel wrong only past a block shows on the op; a 2^20-element fp32 tensor is 4 MB, and
 # the whole sweep of a row costs tens of milliseconds. The reduction is over the whole
 # tensor (or the one dim), the way a loss or a norm calls it. 2^31 + 1 elements (past
