@@ -1,5 +1,5 @@
 """``python -m harness``: doctor | baseline list/show/diff | report | history | bench-eval |
-faults list/check | ops keywords | ops nan | optim options | localize | model | scan |
+faults list/check/mutate | ops keywords | ops nan | optim options | localize | model | scan |
 parity.
 
 ``run`` (pytest over the conformance suites, :mod:`harness.layout`) takes pytest's
@@ -221,10 +221,34 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------- faults
 
+def _cmd_mutate(args: argparse.Namespace) -> int:
+    """``faults mutate``: generated conditional mutants of the op catalog's ops
+    (harness/faults/mutate.py, Note [Mutant runs])."""
+    from harness import device as dev
+    from harness.faults import mutate
+
+    if args.family and args.family != ["ops"]:
+        raise SystemExit(f"error: faults mutate mutates the op catalog's ops (--family ops), "
+                         f"not {args.family}")
+    if args.limit < 1 or args.jobs < 1:
+        raise SystemExit(f"error: --limit {args.limit} and --jobs {args.jobs} must be >= 1")
+    device, _ = dev.select(args.device)
+    report = mutate.mutate(device, limit=args.limit, seed=args.seed, jobs=args.jobs,
+                           timeout=min(args.timeout, 300.0),
+                           progress=lambda msg: print(msg, file=sys.stderr, flush=True))
+    if args.json:
+        print(json.dumps(report, indent=1))
+    else:
+        print(mutate.render(report))
+    return 0
+
+
 def _cmd_faults(args: argparse.Namespace) -> int:
     from harness import faults
     from harness.faults import check as fault_check
 
+    if args.action == "mutate":
+        return _cmd_mutate(args)
     try:
         known = faults.registry()
         selected = [faults.resolve(n) for n in args.fault] if args.fault else list(known.values())
@@ -618,8 +642,13 @@ def build_parser() -> argparse.ArgumentParser:
     _report_outputs(report)
     report.set_defaults(func=_cmd_report)
 
-    faults = sub.add_parser("faults", help="List faults, or prove each is caught")
-    faults.add_argument("action", choices=("list", "check"))
+    faults = sub.add_parser("faults", help="List faults, prove each is caught, or measure "
+                                           "the op checks' power with generated mutants")
+    faults.add_argument("action", choices=("list", "check", "mutate"))
+    faults.add_argument("--limit", type=int, default=240, metavar="N",
+                        help="faults mutate: mutants drawn. Default: %(default)r")
+    faults.add_argument("--seed", type=int, default=0, metavar="N",
+                        help="faults mutate: the draw's seed. Default: %(default)r")
     faults.add_argument("--json", action="store_true", help="Machine-readable output")
     faults.add_argument("--family", action="append", default=[], metavar="NAME",
                         help="Only faults of this family (repeatable)")

@@ -149,7 +149,8 @@ from harness.results import Rule, higher, lower
 
 __all__ = ["STANDARDS", "FLOOR", "DTYPE_LIMITS", "Standard", "Exact", "Absolute", "Ulp",
            "Relative", "Floor", "Measured", "DtypeLimits", "Verdict", "check_table",
-           "compare_outputs", "standard_by_name", "ulp"]
+           "compare_outputs", "standard_by_name", "ulp", "INTEGER_RESULTS",
+           "integer_result_dtype"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -414,6 +415,9 @@ class Exact(Standard):
             d, r = dut.to(torch.int64), ref.to(torch.int64)
             same = d == r
             nan_inf = 0
+        if dut.dtype != ref.dtype and not (dut.is_floating_point() or ref.is_floating_point()):
+            return Verdict(False, {"numel": float(numel), "dtype_mismatch": 1.0},
+                           {"dtype_mismatch": lower(1.0, 0.0)}, integer_result_message(dut, ref))
         bad = ~same.reshape(-1)
         mismatched = int(bad.sum()) if numel else 0
         metrics = {"mismatched": float(mismatched), "nan_inf_mismatch": float(nan_inf),
@@ -432,6 +436,50 @@ class Exact(Standard):
         if asked != self.name:
             msg += f" (integer/bool outputs are always exact; {asked!r} was asked)"
         return Verdict(False, metrics, rules, msg)
+
+
+# Note [Integer promotion and accumulation]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# An integer or bool result is exact, and of the dtype torch documents: ``sum``, ``prod``,
+# ``cumsum``, ``cumprod`` (and ``nansum``) of an integer or bool tensor accumulate and
+# return int64 unless ``dtype=`` says otherwise ("If dtype is not specified ... integral
+# inputs are promoted to int64", torch.sum's documentation); elementwise integer
+# arithmetic returns the promoted input dtype and wraps (two's complement) on overflow;
+# comparisons return bool; argmax/argmin return int64. A kernel that accumulates in the
+# input's width overflows where torch does not, and one that returns another width fails
+# the dtype check even where its values agree. INTEGER_RESULTS is that rule as data;
+# tests/test_standards.py checks the CPU follows it on every integer dtype.
+INTEGER_RESULTS: dict[str, str] = {
+    "sum": "int64", "nansum": "int64", "prod": "int64", "cumsum": "int64", "cumprod": "int64",
+    "argmax": "int64", "argmin": "int64", "count_nonzero": "int64",
+    "eq": "bool", "ne": "bool", "lt": "bool", "le": "bool", "gt": "bool", "ge": "bool",
+    "add": "promoted", "sub": "promoted", "mul": "promoted", "maximum": "promoted",
+    "minimum": "promoted", "amax": "input", "amin": "input", "abs": "input", "neg": "input",
+}
+"""Op -> the dtype of its result for integer/bool inputs without ``dtype=``: ``int64``,
+``bool``, ``input`` (the input's), ``promoted`` (``torch.result_type`` of the inputs)."""
+
+
+def integer_result_dtype(op: str, *inputs: torch.Tensor) -> Optional[torch.dtype]:
+    """The documented result dtype of ``op`` on integer/bool ``inputs`` (None: no rule)."""
+    rule = INTEGER_RESULTS.get(op)
+    if rule is None or not inputs:
+        return None
+    if rule in ("int64", "bool"):
+        return getattr(torch, rule)
+    if rule == "input":
+        return inputs[0].dtype
+    out = inputs[0].dtype
+    for other in inputs[1:]:
+        out = torch.promote_types(out, other.dtype)
+    return out
+
+
+def integer_result_message(dut: torch.Tensor, ref: torch.Tensor) -> str:
+    return (f"Result dtype differs under standard 'exact': dut {_dtype_name(dut.dtype)} vs "
+            f"reference {_dtype_name(ref.dtype)}; torch's promotion and accumulation rules "
+            f"fix an integer result's dtype (Note [Integer promotion and accumulation] in "
+            f"harness.compare; sum/cumsum/prod of integers accumulate in int64)")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -151,8 +151,8 @@ def candidates(item: Any) -> list[str]:
     if entry is not None and hasattr(entry, "samples"):
         from harness.ops.runner import DIRECTIONS, record_id
 
-        dtypes = [dtype] if isinstance(dtype, str) else list(getattr(entry, "dtypes", ()))
-        out += [record_id(entry.name, dt, d, s.name) for dt in dtypes for s in entry.samples
+        dtypes = [dtype] if isinstance(dtype, str) else list(getattr(entry, "all_dtypes", ()))
+        out += [record_id(entry.name, dt, d, s.name) for dt, s in entry.cases(dtypes)
                 for d in DIRECTIONS]
     if case is not None and hasattr(case, "id"):
         out.append(case.id)

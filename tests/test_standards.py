@@ -175,3 +175,42 @@ def test_too_few_elements_cannot_show_a_bias():
                               standard="ulp", scale=scale)
     assert verdict.metrics["toward_zero_share"] == 1.0
     assert verdict.metrics["sign_test_p"] > FLOOR.limits["sign_test_p"] and verdict.passed
+
+
+# ---- Note [Integer promotion and accumulation]
+
+_INT_DTYPES = (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64, torch.bool)
+_INT_CALLS = {
+    "sum": lambda x: torch.sum(x), "nansum": lambda x: torch.nansum(x),
+    "prod": lambda x: torch.prod(x),
+    "cumsum": lambda x: torch.cumsum(x, 0), "cumprod": lambda x: torch.cumprod(x, 0),
+    "argmax": lambda x: torch.argmax(x), "argmin": lambda x: torch.argmin(x),
+    "count_nonzero": lambda x: torch.count_nonzero(x),
+    **{op: (lambda x, op=op: getattr(torch, op)(x, x)) for op in
+       ("eq", "ne", "lt", "le", "gt", "ge", "add", "sub", "mul", "maximum", "minimum")},
+    "amax": lambda x: torch.amax(x), "amin": lambda x: torch.amin(x),
+    "abs": lambda x: torch.abs(x), "neg": lambda x: torch.neg(x)}
+
+
+@pytest.mark.parametrize("op", sorted(compare.INTEGER_RESULTS))
+def test_integer_result_rules_match_the_cpu(op):
+    """The documented integer result dtypes are what a healthy CPU returns (a dtype the
+    op refuses is skipped: the rule is about the result, not the support)."""
+    call = _INT_CALLS[op]
+    checked = 0
+    for dtype in _INT_DTYPES:
+        x = torch.tensor([3, 1, 2], dtype=dtype)
+        try:
+            out = call(x)
+        except (RuntimeError, NotImplementedError, TypeError):
+            continue
+        assert out.dtype == compare.integer_result_dtype(op, x, x), (op, dtype, out.dtype)
+        checked += 1
+    assert checked >= 4, f"{op}: only {checked} integer dtypes ran"
+
+
+def test_an_integer_result_of_another_width_fails_exact():
+    ref = torch.tensor([1, 2, 3], dtype=torch.int64)
+    verdict = compare.compare_outputs(ref.to(torch.int32), ref, standard="exact")
+    assert not verdict.passed and "dtype" in verdict.message
+    assert compare.compare_outputs(ref.clone(), ref, standard="exact").passed

@@ -55,7 +55,8 @@ class Fault:
 def perturb_op(name: str, *, family: str, description: str, op: str,
                transform: Callable[[Any, tuple, dict], Any], checks: Sequence[str],
                dtypes: Optional[Iterable[str]] = None,
-               pytest_args: Sequence[str] = (), parity: str = "") -> Fault:
+               pytest_args: Sequence[str] = (), parity: str = "",
+               when: Optional[Callable[[tuple, dict], bool]] = None) -> Fault:
     """A fault that changes one aten op's output inside the DUT scope.
 
     Args:
@@ -64,11 +65,14 @@ def perturb_op(name: str, *, family: str, description: str, op: str,
             mode switched off, so it may call torch freely.
         dtypes: restrict to outputs whose first tensor has one of these dtype names.
         parity: the parity section it must show in (:class:`Fault`).
+        when: ``(args, kwargs) -> bool``: the op is wrong only for calls it accepts (a
+            kernel wrong for one memory format, size band or value class); called with
+            the mode switched off, before the op runs.
     """
     wanted = frozenset(dtypes) if dtypes is not None else None
 
     def activate(_device):
-        return _PerturbMode(op, transform, wanted)
+        return _PerturbMode(op, transform, wanted, when)
 
     return Fault(name, family, description, tuple(checks), activate, tuple(pytest_args),
                  parity=parity)
@@ -113,16 +117,20 @@ def _make_perturb_mode_class():
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class PerturbMode(TorchDispatchMode):
-        def __init__(self, op, transform, dtypes):
+        def __init__(self, op, transform, dtypes, when=None):
             super().__init__()
             self.op = op
             self.transform = transform
             self.dtypes = dtypes
+            self.when = when
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
+            mine = self.op in (str(func), str(func.overloadpacket))
+            if mine and self.when is not None:
+                mine = bool(self.when(args, kwargs))
             out = func(*args, **kwargs)
-            if self.op in (str(func), str(func.overloadpacket)):
+            if mine:
                 tensor = first_tensor(out)
                 dtype_name = str(tensor.dtype).removeprefix("torch.") if tensor is not None else None
                 if self.dtypes is None or dtype_name in self.dtypes:
@@ -135,11 +143,11 @@ def _make_perturb_mode_class():
 _PERTURB_MODE_CLASS = None
 
 
-def _PerturbMode(op, transform, dtypes):  # noqa: N802 - behaves as a class constructor
+def _PerturbMode(op, transform, dtypes, when=None):  # noqa: N802 - a class constructor
     global _PERTURB_MODE_CLASS
     if _PERTURB_MODE_CLASS is None:  # defer importing torch until a fault is used
         _PERTURB_MODE_CLASS = _make_perturb_mode_class()
-    return _PERTURB_MODE_CLASS(op, transform, dtypes)
+    return _PERTURB_MODE_CLASS(op, transform, dtypes, when)
 
 
 def resolve_attr(target: str) -> tuple[Any, str]:

@@ -36,7 +36,7 @@ def filter_matches(op_filter: str) -> bool:
     A filter that selects none is a usage error (the plugin says so before the run)."""
     regex = re.compile(op_filter)
     if any(regex.search(case_id(entry.name, dtype, d, s.name)) for entry in CATALOG
-           for dtype in entry.dtypes for s in entry.samples for d in DIRECTIONS):
+           for dtype, s in entry.cases() for d in DIRECTIONS):
         return True
     if any(regex.search(c) for c in DETERMINISM_CASES):
         return True

@@ -1151,8 +1151,221 @@ for _name in KEYWORD_SAMPLES:
     if _name not in _BY_ROW:
         raise ValueError(f"KEYWORD_SAMPLES names {_name!r}, which is not a catalog row")
 
+
+# ---- how an op is called: layouts, integer limits, sizes at a kernel's boundaries. Each
+# is derived from a row's own samples, so a new row gets them without writing them.
+
+def _specs(args):
+    for spec in args:
+        yield from (spec if isinstance(spec, (list, tuple)) else (spec,))
+
+
+def _first_plain(entry: OpEntry):
+    """The row's first default-run sample with a tensor argument and no empty tensor."""
+    for sample in entry.samples:
+        tensors = [a for a in _specs(sample.args) if isinstance(a, T)]
+        if (not sample.slow and sample.dtypes is None and tensors
+                and all(all(t.shape) for t in tensors)):
+            return sample
+    return None
+
+
+def _relaid(sample: Sample, name: str, pick, layout: str, dtypes=None) -> Sample:
+    def one(spec):
+        if isinstance(spec, list):
+            return [one(s) for s in spec]
+        if isinstance(spec, T) and pick(spec):
+            return dataclasses.replace(spec, layout=layout, noncontig=False)
+        return spec
+    return Sample(f"{sample.name}_{name}", tuple(one(a) for a in sample.args),
+                  dict(sample.kwargs), dtypes=dtypes)
+
+
+# Note [Layout samples]
+# ~~~~~~~~~~~~~~~~~~~~~
+# Every row whose default-run samples take a 4-d (5-d) tensor gets its first such sample
+# again with every 4-d (5-d) argument channels_last (channels_last_3d), in each of its
+# dtypes, forward and backward (Note [Argument layouts] in harness.ops.spec). Every row
+# whose first argument is one tensor gets its first plain sample with that argument an
+# offset view and, unless its values must be distinct (a stride-0 view repeats them), an
+# expanded view, in its first dtype only: a kernel that mishandles strides or the
+# storage offset is wrong whatever the dtype, and the default run's budget is seconds.
+# Rows that write into their argument (names ending in ``_``) keep their own layouts.
+LAYOUT_REFUSES: dict[str, str] = {
+    "nll_loss": "the CPU's nll_loss2d backward raises 'grad_input must be contiguous' for a "
+                "channels_last input (torch 2.13): no reference",
+}
+"""Rows without channels_last samples, and why (Note [Layout samples])."""
+
+
+def layout_samples(entry: OpEntry) -> tuple[Sample, ...]:
+    out = []
+    for rank, layout in ((4, "channels_last"), (5, "channels_last_3d")):
+        for sample in entry.samples if entry.name not in LAYOUT_REFUSES else ():
+            specs = [a for a in _specs(sample.args) if isinstance(a, T)]
+            if (not sample.slow and sample.dtypes is None and all(all(t.shape) for t in specs)
+                    and any(len(t.shape) == rank for t in specs)):
+                out.append(_relaid(sample, layout, lambda t, r=rank: len(t.shape) == r,
+                                   layout))
+                break
+    sample = _first_plain(entry)
+    if (sample is not None and not entry.name.endswith("_") and entry.judge is None
+            and isinstance(sample.args[0], T) and sample.args[0].shape):
+        first = sample.args[0]
+        dtypes = (entry.dtypes[0],)
+        out.append(_relaid(sample, "offset", lambda t: t is first, "offset", dtypes))
+        if first.domain not in ("distinct", "ties") and first.shape[0] > 1:
+            # no gradient through the broadcast: it is a sum over dim 0, not the row's own
+            # (exact for a copy) standard
+            expanded = _relaid(sample, "expanded", lambda t: t is first, "expanded", dtypes)
+            out.append(dataclasses.replace(expanded, args=(
+                dataclasses.replace(expanded.args[0], grad=False), *expanded.args[1:])))
+    return tuple(out)
+
+
+# Note [Integer limits samples]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# Every row that takes integer tensors runs its first plain sample with its value tensors
+# at both ends of each integer dtype's range (Note [Integer limits] in harness.ops.spec), in
+# every integer dtype and bool the op accepts; a divisor (``nonzero``/``positive``) keeps its
+# domain, and an index is an index. INT_REFUSES lists the dtypes torch documents an op as
+# refusing (bool arithmetic, ``sub`` and ``neg`` of bool...).
+INT_LIMIT_DTYPES = ("int8", "uint8", "int16", "int32", "int64", "bool")
+_KEEPS_DOMAIN = ("nonzero", "positive")
+INT_REFUSES: dict[str, tuple[str, ...]] = {
+    "sub": ("bool",), "neg": ("bool",), "abs": ("bool",), "sign": ("bool",),
+    "fmod": ("bool",), "remainder": ("bool",), "div_floor": ("bool",), "diff": ("bool",),
+    "sort": ("bool",), "msort": ("bool",), "argmax": ("bool",), "argmin": ("bool",),
+    "topk": ("bool",), "kthvalue": ("bool",), "median": ("bool",),
+    "masked_fill": ("int8", "uint8"),  # its fill value does not fit
+}
+
+
+def int_limit_samples(entry: OpEntry) -> tuple[Sample, ...]:
+    if not any(d in INT_LIMIT_DTYPES for d in entry.dtypes):
+        return ()
+    sample = _first_plain(entry)
+    if sample is None:
+        return ()
+    dtypes = tuple(d for d in INT_LIMIT_DTYPES if d not in INT_REFUSES.get(entry.name, ()))
+    return (_relaid_domain(sample, "int_limits", dtypes),)
+
+
+def _relaid_domain(sample: Sample, name: str, dtypes) -> Sample:
+    def one(spec):
+        if isinstance(spec, list):
+            return [one(s) for s in spec]
+        if isinstance(spec, T) and spec.domain not in _KEEPS_DOMAIN and spec.dtype is None:
+            return dataclasses.replace(spec, domain="limits")
+        return spec
+    return Sample(name, tuple(one(a) for a in sample.args), dict(sample.kwargs),
+                  dtypes=dtypes)
+
+
+# Note [Size boundaries]
+# ~~~~~~~~~~~~~~~~~~~~~~
+# Reduction, scan, sort, matmul and normalisation kernels change strategy with the size:
+# a vector width (16, 32), a block or tile (powers of two from 2^10 to 2^20), a second pass
+# past the first level of a tree. Each such row gets 1-d samples on either side of every
+# boundary (2^k - 1 and 2^k + 1 elements for k = 10..20, and 15/17, 31/33), in fp32 (a
+# scan, sort or normalisation past 2^16 + 1: --run-slow, SIZE_DEFAULT_MAX), so a
+# kernel wrong only past a block shows on the op; a 2^20-element fp32 tensor is 4 MB, and
+# the whole sweep of a row costs tens of milliseconds. The reduction is over the whole
+# tensor (or the one dim), the way a loss or a norm calls it. 2^31 + 1 elements (past
+# int32 indexing) run behind --run-slow (``sum`` over uint8, 2 GiB).
+SIZE_BOUNDARIES = (15, 17, 31, 33) + tuple(n for k in range(10, 21) for n in
+                                           ((1 << k) - 1, (1 << k) + 1))
+
+
+SIZE_FULL_OUTPUT = 1 << 14
+SIZE_DEFAULT_MAX = (1 << 16) + 1
+"""Past SIZE_FULL_OUTPUT, a row whose output is as large as its input (scan, sort,
+normalisation) runs its boundary samples forward only: the default run those just past
+each boundary (2^k + 1) up to SIZE_DEFAULT_MAX, --run-slow the rest (judging a
+million-element output costs half a second of the default run: 4 s for the four rows); a
+full reduction's scalar output costs nothing, it runs every size by default."""
+
+
+def _sizes(make, *, full_output: bool = False) -> tuple[Sample, ...]:
+    out = []
+    for n in SIZE_BOUNDARIES:
+        big = full_output and n > SIZE_FULL_OUTPUT
+        args, kwargs = make(n, not big and full_output)
+        below = (n + 1) & n == 0  # 2^k - 1
+        out.append(Sample(f"n{n}", args, kwargs, slow=big and (below or n > SIZE_DEFAULT_MAX),
+                          dtypes=("float32",)))
+    return tuple(out)
+
+
+SIZE_SAMPLES: dict[str, tuple[Sample, ...]] = {  # forward only where the output is a scalar
+    **{name: _sizes(lambda n, g: ((T((n,), grad=g),), {})) for name in
+       ("sum", "mean", "nansum", "norm")},
+    **{name: _sizes(lambda n, g: ((T((n,), "distinct", grad=g),), {})) for name in
+       ("amax", "amin", "argmax", "argmin")},
+    "var": _sizes(lambda n, g: ((T((n,), grad=g),), {"dim": 0})),
+    "dot": _sizes(lambda n, g: ((T((n,), grad=g), T((n,), grad=g)), {})),
+    "cumsum": _sizes(lambda n, g: ((T((n,), grad=g),), {"dim": 0}), full_output=True),
+    "sort": _sizes(lambda n, g: ((T((n,), "distinct", grad=g),), {"dim": 0}), full_output=True),
+    "softmax": _sizes(lambda n, g: ((T((n,), grad=g),), {"dim": 0}), full_output=True),
+    "layer_norm": _sizes(lambda n, g: ((T((n,), grad=g), T((n,), grad=g), T((n,), grad=g)), {}),
+                         full_output=True),
+}
+"""Row -> its boundary samples (Note [Size boundaries])."""
+
+SLOW_SIZE_SAMPLES: dict[str, tuple[Sample, ...]] = {
+    "sum": (Sample(f"n{(1 << 31) + 1}", (T(((1 << 31) + 1,), "positive", grad=False),), {},
+                   slow=True,
+                   dtypes=("uint8",)),),
+}
+
+
+# Note [Size bands of every row]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# ``faults mutate`` found elementwise kernels wrong only past 1024 or 4096 elements
+# surviving: every ordinary sample holds at most 1024 elements, the next is the slow
+# 1M one. So every row whose first plain sample's tensors all share one shape (unary,
+# binary, ternary, losses) runs it again flattened to 1-d of 2^11 + 1 and 2^13 + 1
+# elements, in its first dtype: one size in each band between the default samples and
+# the slow ones, at a few milliseconds a row. Reduction rows get the full sweep
+# (SIZE_SAMPLES); a row with a structured input (conv, pooling, indexing) keeps its own.
+BAND_SIZES = ((1 << 11) + 1, (1 << 13) + 1)
+
+
+BAND_REFUSES: dict[str, str] = {
+    "cross": "takes vectors of 3", "cosine_similarity": "reduces dim 1",
+    "getitem_slice": "slices dim 1"}
+"""Rows whose 2-d sample has no 1-d twin, and why (Note [Size bands of every row])."""
+
+
+def band_samples(entry: OpEntry) -> tuple[Sample, ...]:
+    sample = _first_plain(entry)
+    if (sample is None or entry.name in SIZE_SAMPLES or entry.judge is not None
+            or entry.name in BAND_REFUSES):
+        return ()
+    tensors = [a for a in _specs(sample.args) if isinstance(a, T)]
+    if (any(isinstance(a, (list, tuple)) for a in sample.args) or len(tensors[0].shape) != 2
+            or any(t.shape != tensors[0].shape for t in tensors)
+            or any(not isinstance(a, T) for a in sample.args)
+            or any(k in sample.kwargs for k in ("dim", "shape", "dims", "size", "chunks"))):
+        return ()
+    return tuple(Sample(f"band{n}", tuple(dataclasses.replace(t, shape=(n,), noncontig=False)
+                                          for t in sample.args), dict(sample.kwargs),
+                        dtypes=(entry.dtypes[0],)) for n in BAND_SIZES)
+
+
+def _called(entry: OpEntry) -> tuple[Sample, ...]:
+    return (*SIZE_SAMPLES.get(entry.name, ()), *SLOW_SIZE_SAMPLES.get(entry.name, ()),
+            *int_limit_samples(entry), *layout_samples(entry), *band_samples(entry))
+
+
+for _name in (*SIZE_SAMPLES, *SLOW_SIZE_SAMPLES, *INT_REFUSES, *LAYOUT_REFUSES,
+              *BAND_REFUSES):
+    if _name not in _BY_ROW:
+        raise ValueError(f"the size / integer tables name {_name!r}, which is not a catalog row")
+
 CATALOG = tuple(dataclasses.replace(entry, fn=late_bound(entry.fn), samples=(
-    *entry.samples, *KEYWORD_SAMPLES.get(entry.name, ()))) for entry in CATALOG + _FOREACH)
+    *entry.samples, *KEYWORD_SAMPLES.get(entry.name, ()), *_called(entry)))
+    for entry in CATALOG + _FOREACH)
 
 BY_NAME: dict[str, OpEntry] = {}
 for _entry in CATALOG:

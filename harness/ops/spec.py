@@ -33,7 +33,8 @@ INTS = ("int32", "int64")
 
 DTYPES: dict[str, torch.dtype] = {
     name: dtypes.BY_NAME[name] for name in
-    ("float32", "float16", "bfloat16", "float64", "int32", "int64", "int8", "uint8", "bool")}
+    ("float32", "float16", "bfloat16", "float64", "int32", "int64", "int8", "uint8", "int16",
+     "bool")}
 
 UPCAST: dict[str, str] = dtypes.UPCAST
 """The reference's dtype per DUT dtype (docs/standards.md: fp16/bf16 -> fp32, fp32 -> fp64);
@@ -50,6 +51,8 @@ class T:
         grad: whether the backward computes its gradient.
         noncontig: build it transposed (last two dims swapped) so it is not contiguous.
         dtype: a fixed dtype name instead of the case's (e.g. ``"float32"``).
+        layout: how the tensor is laid out in memory (a key of :data:`LAYOUTS`; empty:
+            contiguous), Note [Argument layouts].
     """
 
     shape: tuple[int, ...]
@@ -57,6 +60,57 @@ class T:
     grad: bool = True
     noncontig: bool = False
     dtype: Optional[str] = None
+    layout: str = ""
+
+    def __post_init__(self) -> None:
+        if self.layout and self.layout not in LAYOUTS:
+            raise ValueError(f"T(layout={self.layout!r}): the layouts are {sorted(LAYOUTS)}")
+        rank = LAYOUTS.get(self.layout)
+        if rank and len(self.shape) != rank:
+            raise ValueError(f"T(layout={self.layout!r}) needs a {rank}-d shape, got {self.shape}")
+
+
+# Note [Argument layouts]
+# ~~~~~~~~~~~~~~~~~~~~~~~
+# Accelerator kernels take other code paths for other memory formats (channels_last on an
+# NPU goes through a format conversion; a kernel that ignores strides or the storage
+# offset is right on every contiguous input). ``T(layout=...)`` gives an argument the same
+# values in another layout: ``channels_last`` / ``channels_last_3d`` (4-d / 5-d, dense
+# NHWC / NDHWC), ``expanded`` (dim 0 a stride-0 broadcast of one row: the values repeat
+# along dim 0) and ``offset`` (a contiguous view starting one element into its storage).
+# The layout is applied where the tensor lands on its device (:func:`lay_out`), on the DUT
+# and on the CPU references alike; a gradient leaf is the storage's base, so the backward
+# runs through the view as a user's would.
+LAYOUTS: dict[str, int] = {"channels_last": 4, "channels_last_3d": 5, "expanded": 0,
+                           "offset": 0}
+"""Layout name -> the rank it needs (0: any)."""
+
+
+def base_shape(spec: T) -> tuple[int, ...]:
+    """The shape drawn for ``spec`` before :func:`lay_out` makes its view."""
+    if spec.layout == "expanded" and spec.shape:
+        return (1, *spec.shape[1:])
+    if spec.layout == "offset":
+        n = 1
+        for size in spec.shape:
+            n *= size
+        return (n + 1,)
+    return tuple(spec.shape)
+
+
+def lay_out(tensor: torch.Tensor, spec: T, leaf: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(argument, grad_leaf)``: ``tensor`` (drawn in :func:`base_shape`) in ``spec``'s
+    layout; ``leaf`` marks the base as requiring grad first (Note [Argument layouts])."""
+    if spec.layout in ("channels_last", "channels_last_3d"):
+        fmt = torch.channels_last if spec.layout == "channels_last" else torch.channels_last_3d
+        tensor = tensor.contiguous(memory_format=fmt)
+    if leaf:
+        tensor.requires_grad_(True)
+    if spec.layout == "expanded" and spec.shape:
+        return tensor.expand(*spec.shape), tensor
+    if spec.layout == "offset":
+        return tensor[1:].view(spec.shape), tensor
+    return tensor, tensor
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,12 +135,15 @@ class M:
 
 @dataclasses.dataclass(frozen=True)
 class Sample:
-    """One set of arguments for an op. ``slow`` marks the large (>= 1M elements) case."""
+    """One set of arguments for an op. ``slow`` marks the large (>= 1M elements) case;
+    ``dtypes`` (dtype names) runs it in those dtypes instead of the entry's (the
+    integer-limit samples, Note [Integer limits]; the size sweep, Note [Size boundaries])."""
 
     name: str
     args: tuple
     kwargs: dict = dataclasses.field(default_factory=dict)
     slow: bool = False
+    dtypes: Optional[tuple[str, ...]] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,6 +197,23 @@ class OpEntry:
                 standard_by_name(getattr(self, field), where=f"OpEntry {self.name!r} {field}=")
         if self.standard is None:  # the one table (harness.ops.policy)
             object.__setattr__(self, "standard", standard_for(self.name, "float32"))
+
+    @property
+    def all_dtypes(self) -> tuple[str, ...]:
+        """The entry's dtypes, then those only some of its samples run in."""
+        out = list(self.dtypes)
+        for sample in self.samples:
+            out += [d for d in sample.dtypes or () if d not in out]
+        return tuple(out)
+
+    def runs_in(self, sample: Sample, dtype: str) -> bool:
+        """Whether ``sample`` runs in ``dtype`` (:attr:`Sample.dtypes`, else the entry's)."""
+        return dtype in (sample.dtypes if sample.dtypes is not None else self.dtypes)
+
+    def cases(self, dtypes: Optional[Sequence[str]] = None):
+        """``(dtype, sample)`` for every sample in each dtype it runs in."""
+        return [(dt, s) for dt in (dtypes or self.all_dtypes) for s in self.samples
+                if self.runs_in(s, dt)]
 
     @property
     def gradient_standard(self) -> str:
@@ -239,6 +313,7 @@ DOMAINS: dict[str, Callable[[Sequence[int], torch.Generator], torch.Tensor]] = {
     "ties": _ties,                          # Note [Ties at a bound]
     "rounded_bound": _rounded_bound_ties,   # Note [Ties at a rounded bound]
     "nonfinite": lambda shape, gen: _nonfinite(shape, gen),  # nan_to_num's replacements
+    "limits": _scaled_normal(3.0),          # integers: both ends of the range (Note [Integer limits])
 }
 
 
@@ -307,6 +382,7 @@ INT_DOMAINS: dict[str, tuple[int, int]] = {
     "unit": (-1, 2), "prob": (0, 2), "above1": (2, 9), "large": (-100, 101), "small": (-2, 3),
     "wide": (-20, 21), "near1": (1, 2), "ties": (-1, 2), "nonfinite": (-8, 9),
 }
+"""Integer ranges per domain; ``limits`` is drawn apart (Note [Integer limits])."""
 
 
 _NAMESPACES: tuple = (torch.nn.functional, torch, torch.linalg, torch.special, torch.Tensor)
@@ -336,8 +412,32 @@ def case_seed(seed: int, *parts: str) -> int:
     return (seed + zlib.crc32("-".join(parts).encode("utf-8"))) & 0x7FFFFFFF
 
 
+# Note [Integer limits]
+# ~~~~~~~~~~~~~~~~~~~~~
+# Integer kernels go wrong near their dtype's range: a reduction that accumulates in the
+# input's width overflows where torch promotes (``sum``, ``cumsum``, ``prod`` of any integer
+# or bool input accumulate and return int64: harness.compare.INTEGER_RESULTS), a saturating
+# kernel clamps where torch wraps. The ``limits`` domain draws, for an integer dtype,
+# distinct values from both ends of its range (max, max-1, ..., min, min+1, ...; cycling
+# when the tensor holds more values than the range), so such a kernel shows on the op
+# itself; the result is judged exact against the CPU, whose integer arithmetic wraps the
+# way torch documents. A float dtype draws ``wide`` values.
+def _int_limits(shape: Sequence[int], dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
+    info = torch.iinfo(dtype)
+    n = 1
+    for size in shape:
+        n *= size
+    span = info.max - info.min + 1
+    pick = torch.randperm(n, generator=gen)
+    if n > span:
+        pick = pick % span
+    high = info.max - torch.div(pick, 2, rounding_mode="floor")
+    low = info.min + torch.div(pick, 2, rounding_mode="floor")
+    return torch.where(pick % 2 == 0, high, low).to(dtype).reshape(tuple(shape))
+
+
 def _tensor_for(spec: T, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
-    shape = spec.shape
+    shape = base_shape(spec)
     if spec.noncontig:
         if len(shape) < 2:
             raise ValueError(f"noncontig needs >= 2 dims, got {shape}")
@@ -346,6 +446,8 @@ def _tensor_for(spec: T, dtype: torch.dtype, gen: torch.Generator) -> torch.Tens
         base = domain_values(spec.domain, shape, gen).to(dtype)
     elif dtype == torch.bool:
         base = torch.rand(tuple(shape), generator=gen) < 0.5
+    elif spec.domain == "limits":
+        base = _int_limits(shape, dtype, gen)
     else:
         low, high = INT_DOMAINS[_split_domain(spec.domain)[0]]
         if spec.domain == "distinct":

@@ -57,29 +57,44 @@ def _api_part(api: str) -> tuple:
     return () if api == "torch.amp" else (api,)
 
 
-def test_classic_scale_sequence(device, results, scaler_api):
-    """init_scale 128, growth 2 every step, one inf at step 1 of 4: the scale ends at
-    128 * 2^3 * 0.5, the inf step is skipped and leaves the parameters unchanged."""
+def _scale_sequence(device, *, steps, growth_interval, amp, corrupt, api="torch.amp"):
+    """SGD steps under a GradScaler (init 128, growth 2, backoff 0.5); ``corrupt(model)``
+    writes a non-finite gradient at step INF_STEP. Returns the scale after each step and
+    each step's largest parameter change."""
     model, x, y = _linear_problem(device)
     scales, changes = [], []
     with device.scope():
         model.to(device.torch_device)
         x, y = x.to(device.torch_device), y.to(device.torch_device)
-        scaler = device.grad_scaler(scaler_api, init_scale=INIT, growth_factor=GROWTH,
-                                    backoff_factor=BACKOFF, growth_interval=1)
+        scaler = device.grad_scaler(api, init_scale=INIT, growth_factor=GROWTH,
+                                    backoff_factor=BACKOFF, growth_interval=growth_interval)
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        for step in range(4):
+        for step in range(steps):
             opt.zero_grad()
-            with device.autocast(torch.float16):
-                loss = F.mse_loss(model(x).float(), y)
+            if amp:
+                with device.autocast(torch.float16):
+                    loss = F.mse_loss(model(x).float(), y)
+            else:
+                loss = F.mse_loss(model(x), y)
             scaler.scale(loss).backward()
             if step == INF_STEP:
-                model.weight.grad[0, 0] = float("inf")
+                corrupt(model)
             before = _params(model)
             scaler.step(opt)
             scaler.update()
             scales.append(float(scaler.get_scale()))
             changes.append(_max_change(before, _params(model)))
+    return scales, changes
+
+
+def test_classic_scale_sequence(device, results, scaler_api):
+    """init_scale 128, growth 2 every step, one inf at step 1 of 4: the scale ends at
+    128 * 2^3 * 0.5, the inf step is skipped and leaves the parameters unchanged."""
+    def corrupt(model):
+        model.weight.grad[0, 0] = float("inf")
+
+    scales, changes = _scale_sequence(device, steps=4, growth_interval=1, amp=True,
+                                      corrupt=corrupt, api=scaler_api)
     expected = [INIT * GROWTH, INIT * GROWTH * BACKOFF, INIT * GROWTH ** 2 * BACKOFF,
                 INIT * GROWTH ** 3 * BACKOFF]
     skipped = [i for i, change in enumerate(changes) if change == 0.0]
@@ -217,3 +232,71 @@ def test_overflow_skip_rate(device, results, settings, init_scale):
                 f"skipped (more than half), final scale {final}, last loss "
                 f"{run.losses[-1]:.4g}; a scaler that never backs off keeps skipping"
                 f"{report}")
+
+
+# ---- Note [Non-finite classes]: a scaler that misses one kind of non-finite value (an
+# overflow check written as ``x != x || x == +inf``) is right on every NaN and +inf; each
+# class is checked apart, in one gradient of many, in every gradient dtype.
+NONFINITE = {"+inf": float("inf"), "-inf": float("-inf"), "nan": float("nan")}
+GRAD_DTYPES = ("float16", "bfloat16", "float32")
+
+
+def _grads(dtype, value):
+    """Four gradients of different shapes; the third holds ``value`` at one element."""
+    gen = torch.Generator().manual_seed(11)
+    grads = [torch.randn(shape, generator=gen).to(dtype) for shape in ((8, 4), (4,), (3, 5), (7,))]
+    if value is not None:
+        grads[2][1, 3] = value
+    return grads
+
+
+@pytest.mark.parametrize("kind", [*NONFINITE, "finite"])
+@pytest.mark.parametrize("dtype", GRAD_DTYPES)
+def test_non_finite_check_and_unscale(dtype, kind, device, results):
+    """``_amp_foreach_non_finite_check_and_unscale_`` sets found_inf for each non-finite
+    class in one gradient of many, and unscales every finite element exactly (1/128)."""
+    torch_dtype = getattr(torch, dtype)
+    grads = _grads(torch_dtype, NONFINITE.get(kind))
+    with device.scope():
+        on_dut = [g.to(device.torch_device, copy=True) for g in grads]
+        found = torch.zeros(1, device=device.torch_device)
+        inv_scale = torch.full((1,), 1 / INIT, device=device.torch_device)
+        torch._amp_foreach_non_finite_check_and_unscale_(on_dut, found, inv_scale)
+        got_found = float(found.cpu())
+        unscaled = [g.cpu() for g in on_dut]
+    want = 0.0 if kind == "finite" else 1.0
+    # torch unscales in fp32 and rounds to the gradient's dtype
+    wrong = sum(int((~torch.isclose(u.double(), (g.float() * (1 / INIT)).to(torch_dtype).double(),
+                                    rtol=0, atol=0, equal_nan=True)).sum())
+                for u, g in zip(unscaled, grads))
+    results.check(
+        ids.record("amp", "non_finite_check", dtype, kind), ok=got_found == want and wrong == 0,
+        metrics={"found_inf": got_found, "wrong_unscaled": float(wrong)},
+        rules={"found_inf": equal(), "wrong_unscaled": equal()},
+        message=f"_amp_foreach_non_finite_check_and_unscale_ ({dtype} grads, {kind} in the "
+                f"third of four): found_inf {got_found}, expected {want}; {wrong} element(s) "
+                f"not exactly grad / {INIT:g}")
+
+
+@pytest.mark.parametrize("kind", list(NONFINITE))
+def test_scaler_skips_backs_off_and_regrows(kind, device, results):
+    """GradScaler (init 128, growth 2 every 2 clean steps, backoff 0.5) with a ``kind``
+    gradient at step 1 of 5: that step is skipped (parameters unchanged), the scale backs
+    off to 64, and grows back to 128 only after two clean steps (growth interval)."""
+    def corrupt(model):  # one element of one gradient of two
+        model.bias.grad[1] = NONFINITE[kind]
+
+    scales, changes = _scale_sequence(device, steps=5, growth_interval=2, amp=False,
+                                      corrupt=corrupt)
+    expected = [INIT, INIT * BACKOFF, INIT * BACKOFF, INIT, INIT]
+    skipped = [i for i, change in enumerate(changes) if change == 0.0]
+    results.check(
+        ids.record("amp", "grad_scaler", "float32", f"non_finite_{kind}"),
+        ok=scales == expected and skipped == [INF_STEP],
+        metrics={"final_scale": scales[-1], "skipped_steps": len(skipped)},
+        rules={"final_scale": equal(), "skipped_steps": equal()},
+        info={"scales": scales, "expected_scales": expected,  # a step taken on -inf: inf
+              "param_changes": [c if math.isfinite(c) else str(c) for c in changes]},
+        message=f"GradScaler with {kind} at step {INF_STEP}: scales {scales}, expected "
+                f"{expected} (growth every 2 clean steps); unchanged steps {skipped}, "
+                f"expected [{INF_STEP}]")

@@ -26,8 +26,8 @@ from harness.results import lower
 
 
 def _matches(entry, dtypes, slow: bool, regex) -> bool:
-    cases = [case_id(entry.name, dtype, d, s.name) for dtype in dtypes
-             for s in entry.samples if s.slow == slow for d in DIRECTIONS]
+    cases = [case_id(entry.name, dtype, d, s.name) for dtype, s in entry.cases(dtypes)
+             if s.slow == slow for d in DIRECTIONS]
     return bool(cases) and (regex is None or any(regex.search(c) for c in cases))
 
 
@@ -40,17 +40,17 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     name = metafunc.function.__name__
     if name == "test_op":
         metafunc.parametrize(("entry", "dtype"), [
-            pytest.param(e, dt, id=f"{e.name}-{dt}") for e in CATALOG for dt in e.dtypes
+            pytest.param(e, dt, id=f"{e.name}-{dt}") for e in CATALOG for dt in e.all_dtypes
             if _matches(e, (dt,), False, regex)])
     elif name == "test_op_large":
         metafunc.parametrize("entry", [pytest.param(e, id=e.name) for e in CATALOG
-                                       if _matches(e, e.dtypes, True, regex)])
+                                       if _matches(e, e.all_dtypes, True, regex)])
 
 
 def _run(entry, dtypes, slow, device, results, settings) -> None:
     regex = re.compile(settings.op_filter) if settings.op_filter else None
     ran = 0
-    for dtype, sample in ((dt, s) for dt in dtypes for s in entry.samples):
+    for dtype, sample in entry.cases(dtypes):
         if sample.slow != slow:
             continue
         directions = tuple(d for d in DIRECTIONS if regex is None
@@ -75,7 +75,7 @@ def test_op(entry, dtype, device, results, settings):
 @pytest.mark.slow
 def test_op_large(entry, device, results, settings):
     """The >= 1M-element samples of one op, in each of its dtypes."""
-    _run(entry, entry.dtypes, True, device, results, settings)
+    _run(entry, entry.all_dtypes, True, device, results, settings)
 
 
 # --------------------------------------------------------------------- determinism

@@ -270,3 +270,86 @@ CONV_TRUNCATE = _truncate_fault("conv", "aten.convolution.default",
                                 ("conv2d",))
 
 FAULTS += [MM_TRUNCATE, LINEAR_TRUNCATE, CONV_TRUNCATE]
+
+
+# ---- how the op is called (Note [Layout samples], [Integer limits samples], [Size
+# boundaries] in harness.ops.catalog): each kernel below is right on every call but one
+# kind, which the ordinary samples never make
+
+def _channels_last(args, kwargs) -> bool:
+    x = args[0]
+    return (isinstance(x, torch.Tensor) and x.dim() == 4 and not x.is_contiguous()
+            and x.is_contiguous(memory_format=torch.channels_last))
+
+
+def _ignores_strides(out, args, kwargs):
+    """The convolution of the input's storage read as if it were contiguous NCHW."""
+    x = args[0]
+    flat = torch.as_strided(x, x.shape, torch.empty(x.shape, device="meta").stride(),
+                            x.storage_offset())
+    return torch.ops.aten.convolution.default(flat, *args[1:], **kwargs)
+
+
+CONV_CHANNELS_LAST = perturb_op(
+    "ops.conv2d_channels_last_ignores_strides", family="ops",
+    description="aten.convolution reads a channels_last input's memory as contiguous NCHW "
+                "(a kernel that ignores strides); every contiguous or transposed input is "
+                "right",
+    op="aten.convolution.default", when=_channels_last, transform=_ignores_strides,
+    checks=(f"{SUITE}::test_op[conv2d-float32]",),
+)
+
+_NARROW_INTS = (torch.int8, torch.uint8, torch.int16, torch.int32)
+
+
+def _narrow_int(args, kwargs) -> bool:
+    return isinstance(args[0], torch.Tensor) and args[0].dtype in _NARROW_INTS
+
+
+def _sum_in_input_width(out, args, kwargs):
+    """The sum accumulated (and wrapped) in the input's integer width, then widened to the
+    int64 torch returns: equal to torch's until the sum leaves the input's range."""
+    x = args[0]
+    if len(args) > 1:
+        keepdim = args[2] if len(args) > 2 else kwargs.get("keepdim", False)
+        narrow = torch.sum(x, dim=args[1], keepdim=keepdim, dtype=x.dtype)
+    else:
+        narrow = torch.sum(x, dtype=x.dtype)
+    return narrow.to(out.dtype)
+
+
+SUM_INT_NARROW = perturb_op(
+    "ops.sum_int_accumulates_narrow", family="ops",
+    description="aten.sum of int8/uint8/int16/int32 accumulates in the input's width and "
+                "wraps (torch accumulates in int64); right while the sum stays in range",
+    op="aten.sum", when=_narrow_int, transform=_sum_in_input_width,
+    checks=(f"{SUITE}::test_op[sum-int32]",),
+)
+
+BLOCK = 4096
+
+
+def _past_a_block(args, kwargs) -> bool:
+    x = args[0]
+    return isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel() > BLOCK
+
+
+def _drops_tail_block(out, args, kwargs):
+    """A full reduction that forgets the last, partial block of its input."""
+    x = args[0]
+    tail = x.numel() % BLOCK
+    if out.numel() != 1 or not tail:
+        return out
+    return out - x.reshape(-1)[-tail:].sum().to(out.dtype).reshape(out.shape)
+
+
+SUM_TAIL_BLOCK = perturb_op(
+    "ops.sum_full_drops_tail_block", family="ops",
+    description="a full aten.sum over more than 4096 elements drops the last partial "
+                "4096-element block (a second reduction pass that misses the remainder); "
+                "every reduction over <= 4096 elements or along a dim is right",
+    op="aten.sum", when=_past_a_block, transform=_drops_tail_block,
+    checks=(f"{SUITE}::test_op[sum-float32]",),
+)
+
+FAULTS += [CONV_CHANNELS_LAST, SUM_INT_NARROW, SUM_TAIL_BLOCK]

@@ -1,0 +1,81 @@
+"""``faults mutate``: generated conditional mutants of the op catalog's ops (Note [Mutant
+runs] in harness/faults/mutate.py). A fixed sample must stay >= 95% killed."""
+
+import json
+import sys
+
+import pytest
+import torch
+
+from harness import device as dev
+from harness.faults import mutate
+
+# a fixed sample: rows of each kind the issue names (reduction, matmul, convolution,
+# normalisation, activation), every condition kind and wrong-how drawn
+ROWS = ("sum", "mm", "conv2d", "softmax", "relu", "cumsum")
+LIMIT, SEED = 24, 3
+KILL_RATE = 0.95
+
+
+@pytest.fixture(scope="module")
+def report():
+    device, _ = dev.select("cpu")
+    threads = torch.get_num_threads()
+    try:
+        return mutate.mutate(device, rows=ROWS, limit=LIMIT, seed=SEED, jobs=2)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_a_fixed_sample_of_mutants_is_killed(report):
+    assert report["mutants"] == LIMIT
+    assert report["live"] >= LIMIT // 2, report["not_live_mutants"]
+    assert report["kill_rate"] >= KILL_RATE, mutate.render(report)
+
+
+def test_not_live_mutants_are_counted_apart(report):
+    assert report["killed"] + report["not_live"] + len(report["survivors"]) == LIMIT
+    for result in report["results"]:
+        if result["mutant"] in report["not_live_mutants"]:
+            assert not result["killed_by"]
+
+
+def test_a_mutant_no_call_can_meet_is_not_live():
+    calls = {"aten.relu.default": [(torch.ops.aten.relu.default, (torch.randn(4, 5),), {})]}
+    lives = mutate.Mutant("aten.relu.default", "layout:offset", "drift", ("relu",), ("float32",))
+    never = mutate.Mutant("aten.relu.default", "layout:channels_last", "drift", ("relu",),
+                          ("float32",))
+    float_only = mutate.Mutant("aten.relu.default", "dtype:integer", "drift", ("relu",),
+                               ("float32",))
+    assert mutate.live(lives, calls)
+    assert not mutate.live(never, calls)  # no 4-d argument
+    assert not mutate.live(float_only, calls)  # its rows take no integer dtype
+
+
+def test_a_conditional_mutant_is_wrong_only_under_its_condition():
+    from harness import faults
+
+    fault = mutate.Mutant("aten.sum.default", "size:(4096,65536]", "drift", ("sum",)).fault()
+    device, _ = dev.select("cpu")
+    small, big = torch.ones(100), torch.ones(5000)
+    saved = faults._active
+    faults._active = [fault]
+    try:
+        with device.scope():
+            got_small, got_big = float(torch.sum(small)), float(torch.sum(big))
+    finally:
+        faults._active = saved
+    assert got_small == 100.0 and got_big != 5000.0
+
+
+def test_cli_json_has_the_counts(monkeypatch, capsys):
+    from harness import cli
+
+    fake = {"mutants": 2, "killed": 1, "not_live": 1, "live": 1, "kill_rate": 1.0,
+            "survivors": [], "not_live_mutants": ["m"], "matrix": {}, "seconds": 0.0,
+            "results": []}
+    monkeypatch.setattr(mutate, "mutate", lambda *a, **k: fake)
+    monkeypatch.setattr(sys, "argv", ["harness", "faults", "mutate", "--json", "--limit", "2"])
+    assert cli.main(["faults", "mutate", "--json", "--limit", "2"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {"mutants", "killed", "not_live", "survivors"} <= set(out)
