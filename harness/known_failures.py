@@ -117,10 +117,12 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         probes=("gloo_reduce_scatter_avg_sums",)),
     # The same defect, seen through FSDP2 where it runs on the CPU (torch >= 2.7; 2.6
     # records unsupported: its CPU stream lacks record_event): fully_shard reduce-scatters
-    # its gradients with ReduceOp.AVG, so on 2.7 and 2.8 they come back summed.
+    # its gradients with ReduceOp.AVG, so on 2.7 and 2.8 they come back summed. Its state
+    # round trip compares the model with itself after a reload, which the sum does not
+    # change: it passes there (measured on 2.8.0), so it is not listed.
     KnownFailure(
         device_type="cpu", stack="*",
-        match=("suites/distributed/test_dist_parallel.py::test_fsdp2_*",),
+        match=("suites/distributed/test_dist_parallel.py::test_fsdp2_matches_single_process*",),
         reason="FSDP2 reduce-scatters gradients with ReduceOp.AVG, which this gloo sums "
                "(gloo's reduce_scatter_tensor ignores ReduceOp.AVG)",
         link="https://github.com/pytorch/pytorch/issues/162338",
