@@ -35,6 +35,31 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         early.stop()
 
 
+@pytest.fixture(scope="session")
+def pg_cluster():
+    """A throw-away PostgreSQL cluster (tests/pg.py), stopped at the end; None where none
+    can be started (:func:`pg.unavailable` decides skip or fail)."""
+    import pg
+
+    cluster, reason = pg.start()
+    yield cluster if cluster is not None else reason
+    if cluster is not None:
+        cluster.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request, tmp_path):
+    """A fresh, empty store of each backend: a SQLite file, a PostgreSQL database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'harness.db'}"
+    import pg
+
+    cluster = request.getfixturevalue("pg_cluster")
+    if isinstance(cluster, str):
+        pg.unavailable(cluster)
+    return cluster.fresh()
+
+
 @pytest.fixture
 def fingerprint():
     """A CPU fingerprint as the plugin would build it (no probing)."""

@@ -206,7 +206,7 @@ class Store:
             raise ValueError(f"role {role!r}; expected one of {ROLES}")
         doc = run.to_json()
         body_doc = doc.pop("records")
-        head = json.dumps(doc, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+        head = json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
         body = json.dumps(body_doc, separators=(",", ":"), allow_nan=False).encode()
         digest = hashlib.sha256(b"\0".join([head, body, run_id.encode(), shard.encode(),
                                             role.encode()])).hexdigest()

@@ -39,7 +39,7 @@ from sqlalchemy import (
     Text,
 )
 
-HEAD = "0001"
+HEAD = "0002"
 """The newest schema revision (the last Alembic revision in migrations/versions)."""
 
 metadata = MetaData()
@@ -69,6 +69,7 @@ runs = Table(
     Index("ix_runs_series", "device_type", "device_slug", "stack_id", "started"),
     Index("ix_runs_run_id", "run_id", "shard"),
     Index("ix_runs_host", "host"),
+    Index("ix_runs_stack", "stack_id", "device_slug"),  # revision 0002
 )
 
 names = Table(
