@@ -135,13 +135,16 @@ def pytest_cmdline_main(config: pytest.Config) -> Optional[int]:
             return int(pytest.main(joined, plugins=list(config.invocation_params.plugins or ())))
         finally:
             _rerunning = False
-    name = config.getoption("hypothesis_profile", None)
+    _check_profile(config.getoption("hypothesis_profile", None))
+    return None
+
+
+def _check_profile(name: Optional[str]) -> None:
     try:
         if name is not None:
             hypothesis_profiles.check_registered(name)
     except hypothesis_profiles.ProfileError as exc:
         raise pytest.UsageError(str(exc)) from None
-    return None
 
 
 def _xdist_workers(config: pytest.Config) -> Optional[int]:
