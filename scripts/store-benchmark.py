@@ -44,7 +44,8 @@ def plan(run, seed: int = 0):
                  if any(isinstance(v, (int, float)) and not isinstance(v, bool) and v
                         for v in rec.metrics.values()))
     noisy = set(rng.sample(ids, max(1, int(NOISY * len(ids)))))
-    steps = set(rng.sample(sorted(set(ids) - noisy), STEPS))
+    rest = sorted(set(ids) - noisy)
+    steps = set(rng.sample(rest, min(STEPS, len(rest))))
     return noisy, steps
 
 
@@ -70,7 +71,7 @@ def timed(argv: list[str]) -> dict:
         text = log.read()
     rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", text).group(1))
     return {"seconds": round(wall, 2), "rss_mb": round(rss / 1024, 1), "rc": done.returncode,
-            "out": done.stdout[-400:]}
+            "out": done.stdout}
 
 
 def size_mb(url: str) -> float:
@@ -111,9 +112,10 @@ def bench_store(path: str, url: str, counts: list[int]) -> list[dict]:
         imported = timed([sys.executable, "-m", "harness", "store", "import", path, "--store",
                           url, "--as-baseline", "--run-id", f"import-{target}", "-q"])
         imported.pop("out")
+        median = sorted(put_seconds)[len(put_seconds) // 2] if put_seconds else None
         rows.append({"runs": target, "history": history, "changes": changes,
-                     "store_mb": size_mb(url), "put_seconds_median": round(sorted(
-                         put_seconds)[len(put_seconds) // 2], 2), "cli_import": imported})
+                     "store_mb": size_mb(url), "put_seconds_median": median and round(median, 2),
+                     "cli_import": imported})
         print(json.dumps(rows[-1]), flush=True)
     return rows
 
