@@ -190,6 +190,11 @@ def _write_report(run, base, base_name: str, args: argparse.Namespace,
 def _cmd_report(args: argparse.Namespace) -> int:
     from harness import baselines
 
+    if args.matrix:
+        return _cmd_matrix(args)
+    if args.results is None:
+        raise SystemExit("error: report needs RESULTS.json (or --matrix for the store's "
+                         "fleet matrix)")
     if args.against and args.stack:
         raise SystemExit("error: give --against FILE or --stack STACK_ID, not both")
     _check_report_outputs(args, args.results, args.against)
@@ -216,6 +221,25 @@ def _cmd_report(args: argparse.Namespace) -> int:
         return _write_report(run, None, "", args, selection.reason)
     return _write_report(run, selection.results, selection.stack_id or "", args,
                          reason=selection.reason)
+
+
+def _cmd_matrix(args: argparse.Namespace) -> int:
+    from harness.report import matrix
+    from harness.store import StoreError
+
+    if args.results:
+        raise SystemExit("error: --matrix reads the store, not RESULTS.json; drop one")
+    if not (args.html or args.md):
+        raise SystemExit("error: --matrix writes a page: give --html FILE and/or --md FILE")
+    _check_report_outputs(args)
+    store = _open_store(args)
+    try:
+        written = matrix.render(store, _masked(store.url), args.html, args.md)
+    except StoreError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    for path in written:
+        print(f"matrix: {path}")
+    return 0
 
 
 # ---------------------------------------------------------------------------- faults
@@ -720,7 +744,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     report = sub.add_parser("report", help="The go/no-go report of a stored run (HTML, "
                             "Markdown, terminal), offline")
-    report.add_argument("results", metavar="RESULTS.json", help="A results or baseline file")
+    report.add_argument("results", nargs="?", default=None, metavar="RESULTS.json",
+                        help="A results or baseline file (not with --matrix)")
+    report.add_argument("--matrix", action="store_true",
+                        help="The fleet matrix of the store instead: device slug x stack x "
+                             "check family, the latest verdicts, the last 30 nights")
+    _add_store_option(report)
     report.add_argument("--against", default=None, metavar="BASELINE",
                         help="Compare with this baseline file (or stack id in the store). "
                              "Default: the baseline the run compared against")

@@ -313,6 +313,7 @@ def _verdict(run_id: str, store: str) -> subprocess.CompletedProcess:
                            store], cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow  # three pytest processes; docs/nightly.md's CPU block (a default test) runs two
 @pytest.mark.timeout(900)
 def test_three_shards_make_one_verdict_and_a_killed_one_is_no_go(tmp_path):
     store = f"sqlite:///{tmp_path / 'fleet.db'}"
@@ -410,3 +411,54 @@ def test_the_plugin_stays_glue_every_hook_at_most_25_lines():
             for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)
             and node.name.startswith("pytest_")}
     assert {name: n for name, n in long.items() if n > 25} == {}
+
+
+# ------------------------------------------------------------------------ the matrix
+
+def _matrix_store(tmp_path, fingerprint):
+    url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    store = open_store(url)
+    nights = [("910b", "cann-8.0.RC3", "pass"), ("910b", "cann-8.0.RC3", "pass"),
+              ("910b", "cann-8.0.0", "fail"), ("310p<script>", "cann-8.0.0", "pass"),
+              ("310p<script>", "cann-8.1.RC1", "pass")]
+    for k, (slug, stack, status) in enumerate(nights):
+        fp = dict(fingerprint, device_type="npu", device_slug=slug, stack_id=stack)
+        run = RunResults(fp, {"ops/exp": Record("ops/exp", status, test="t1"),
+                              "amp/loss": Record("amp/loss", "pass", test="t2")},
+                         started=f"2026-12-0{k + 1}T23:00:00Z", outcomes={"t1": "passed"})
+        store.put(run, run_id=f"n{k}", source=str(tmp_path / f"n{k}.json"))
+    return url
+
+
+def test_the_matrix_has_a_cell_per_device_stack_and_family(tmp_path, fingerprint):
+    from harness.report import matrix
+
+    store = open_store(_matrix_store(tmp_path, fingerprint))
+    rows, upgrades, families = matrix.build(store)
+    assert families == ["amp", "ops"]
+    assert [(r.device, r.stack) for r in rows] == [
+        ("npu/310p<script>", "cann-8.0.0"), ("npu/310p<script>", "cann-8.1.RC1"),
+        ("npu/910b", "cann-8.0.RC3"), ("npu/910b", "cann-8.0.0")]
+    assert rows[3].cells["ops"].level == "NO-GO" and rows[3].cells["amp"].level == "GO"
+    assert [level for _, level in rows[2].cells["ops"].nights] == ["GO", "GO"]
+    assert upgrades["npu/910b"] == ["cann-8.0.RC3 -> cann-8.0.0 on 2026-12-03T23:00:00Z"]
+
+
+def test_the_matrix_page_renders_escaped_in_a_browser(tmp_path, fingerprint):
+    import browser
+
+    from harness import cli
+
+    url = _matrix_store(tmp_path, fingerprint)
+    html, md = tmp_path / "matrix.html", tmp_path / "matrix.md"
+    assert cli.main(["report", "--matrix", "--html", str(html), "--md", str(md),
+                     "--store", url]) == 0
+    text = html.read_text()
+    assert "<script>" not in text and "310p&lt;script&gt;" in text  # autoescaped
+    assert "| `npu/910b` | `cann-8.0.0` |" in md.read_text()
+    if not browser.CHROMIUM.exists():
+        pytest.skip("no /usr/bin/chromium: the page was checked as text only")
+    dom = browser.dump_dom(html)
+    assert dom.count('<td class="cell" data-level=') == 8
+    assert dom.count("<rect ") == 2 * 2 + 1 * 2 + 1 * 2 + 1 * 2
+    assert 'data-level="NO-GO"' in dom and "cann-8.0.RC3 -&gt; cann-8.0.0" in dom
