@@ -6,10 +6,14 @@ import early
 import pytest
 import torch._dynamo  # noqa: F401 - see the note below
 
+import harness.store.db  # noqa: F401 - SQLAlchemy, kept across pytester runs (the note below)
+
 # Note [pytester and torch's lazy imports]: pytester's in-process runs restore
 # sys.modules afterwards, so a torch module first imported inside one (torch.manual_seed
 # lazily imports torch._dynamo) would be imported again by the next run and re-register
 # its operator library, which torch refuses. Importing it here keeps it for all runs.
+# SQLAlchemy is the same: imported again by a later run (the store, written at every
+# session's end), its compiled internals fail ("'InternalTraversal' object is not callable").
 
 pytest_plugins = ["pytester"]
 _STARTED_EARLY = pytest.StashKey[bool]()

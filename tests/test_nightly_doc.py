@@ -103,7 +103,7 @@ def test_nightly_commands_run_on_cpu(tmp_path):
     [history] = {line for line in _commands("python -m harness history")
                  if line == "python -m harness history"}
     shown = _run(_on_cpu(history, places), **store)
-    assert shown.returncode == 0 and shown.stdout.startswith("history: 1 runs of cpu/"), \
+    assert shown.returncode == 0 and shown.stdout.startswith("history: 2 runs of cpu/"), \
         shown.stdout + shown.stderr
     [durations] = _commands("python -m harness store durations")
     assert _run(_on_cpu(durations, places), **store).returncode == 0  # the nightly's timings

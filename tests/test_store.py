@@ -119,9 +119,9 @@ def test_the_store_answers_the_baseline_of_a_stack(store_url, fingerprint):
 
 def _alembic(url: str, revision: str) -> None:
     from alembic import command
+    from sqlalchemy import create_engine
 
     from harness.store.db import alembic_config, driver_url
-    from sqlalchemy import create_engine
 
     engine = create_engine(driver_url(url))
     with engine.begin() as conn:
