@@ -304,6 +304,7 @@ def _shard(tmp_path, group: int, run_id: str, store: str) -> subprocess.Complete
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-m", "npu", "suites/example", "-q",
          "-p", "no:cacheprovider", "--splits", "3", "--group", str(group), "--run-id", run_id,
+         "--splitting-algorithm", "least_duration",
          f"--store={store}", f"--results-dir={tmp_path / f'r{group}'}", "--baseline", "off"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
