@@ -1,4 +1,5 @@
-"""``python -m harness``: doctor | baseline list/show/diff | report | history | bench-eval |
+"""``python -m harness``: doctor | baseline list/show/diff | report | history | store |
+verdict | bench-eval |
 faults list/check/mutate | ops keywords | ops nan | optim options | localize | model | scan |
 parity.
 
@@ -191,6 +192,11 @@ def _write_report(run, base, base_name: str, args: argparse.Namespace,
 def _cmd_report(args: argparse.Namespace) -> int:
     from harness import baselines
 
+    if args.matrix:
+        return _cmd_matrix(args)
+    if args.results is None:
+        raise SystemExit("error: report needs RESULTS.json (or --matrix for the store's "
+                         "fleet matrix)")
     if args.against and args.stack:
         raise SystemExit("error: give --against FILE or --stack STACK_ID, not both")
     _check_report_outputs(args, args.results, args.against)
@@ -217,6 +223,25 @@ def _cmd_report(args: argparse.Namespace) -> int:
         return _write_report(run, None, "", args, selection.reason)
     return _write_report(run, selection.results, selection.stack_id or "", args,
                          reason=selection.reason)
+
+
+def _cmd_matrix(args: argparse.Namespace) -> int:
+    from harness.report import matrix
+    from harness.store import StoreError
+
+    if args.results:
+        raise SystemExit("error: --matrix reads the store, not RESULTS.json; drop one")
+    if not (args.html or args.md):
+        raise SystemExit("error: --matrix writes a page: give --html FILE and/or --md FILE")
+    _check_report_outputs(args)
+    store = _open_store(args)
+    try:
+        written = matrix.render(store, _masked(store.url), args.html, args.md)
+    except StoreError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    for path in written:
+        print(f"matrix: {path}")
+    return 0
 
 
 # ---------------------------------------------------------------------------- faults
@@ -355,16 +380,39 @@ def _cmd_optim(args: argparse.Namespace) -> int:
 def _cmd_history(args: argparse.Namespace) -> int:
     from harness.bench import history
 
-    return history.main(args.results_dir, stack=args.stack, as_json=args.json,
-                        metrics=not args.benchmarks_only, min_effect=args.min_effect)
+    if args.results_dir is not None and args.store is None:  # the files of a folder
+        return history.main(args.results_dir, stack=args.stack, as_json=args.json,
+                            metrics=not args.benchmarks_only, min_effect=args.min_effect)
+    return history.store_main(_store_url(args), stack=args.stack, device=args.device,
+                              as_json=args.json, metrics=not args.benchmarks_only,
+                              min_effect=args.min_effect)
+
+
+def _store_url(args: argparse.Namespace) -> str:
+    """``--store``, else ``HARNESS_STORE``, else the project's results/harness.db."""
+    from harness.store import url_for
+
+    return url_for(getattr(args, "store", None), ROOT / "results")
+
+
+def _add_store_option(parser) -> None:
+    from harness.store import ENV
+
+    parser.add_argument("--store", default=None, metavar="URL",
+                        help=f"The store of runs: sqlite:///PATH or postgresql://USER:PASSWORD"
+                             f"@HOST:PORT/DB. Default: ${ENV}, else sqlite:///results/"
+                             "harness.db")
 
 
 def _add_history(sub) -> None:
     history = sub.add_parser("history", help="Change points per benchmark and metric over "
-                             "stored results of one device and stack kind, in time order")
-    history.add_argument("results_dir", nargs="?", default=str(ROOT / "results"),
-                         metavar="RESULTS_DIR", help="Folder of results files. Default: "
-                         "the project's results/")
+                             "the stored runs of one device and stack kind, in time order")
+    history.add_argument("results_dir", nargs="?", default=None, metavar="RESULTS_DIR",
+                         help="Read the results files of this folder instead of the store. "
+                              "Default: the store")
+    _add_store_option(history)
+    history.add_argument("--device", default=None, metavar="TYPE/SLUG",
+                         help="Only runs of this device (store). Default: the newest run's")
     history.add_argument("--stack", default=None, metavar="STACK_ID",
                          help="Only runs of this stack id. Default: every stack of the "
                               "newest run's kind")
@@ -374,6 +422,126 @@ def _add_history(sub) -> None:
                          help="Smallest relative change reported. Default: 0.05")
     history.add_argument("--json", action="store_true", help="Machine-readable output")
     history.set_defaults(func=_cmd_history)
+
+
+# ----------------------------------------------------------------- store, verdict
+
+def _open_store(args: argparse.Namespace):
+    from harness.store import StoreError, open_store
+
+    try:
+        return open_store(_store_url(args))
+    except StoreError as exc:
+        raise SystemExit(f"error: {exc}") from None
+
+
+def _cmd_store(args: argparse.Namespace) -> int:
+    from harness.store import StoreError, import_paths
+
+    store = _open_store(args)
+    try:
+        if args.action == "import":
+            if not args.paths:
+                raise SystemExit("error: store import needs results files or folders")
+            stored, present, problems = import_paths(
+                store, args.paths, run_id=args.run_id,
+                role="baseline" if args.as_baseline else "run",
+                progress=None if args.quiet else print)
+            for problem in problems:
+                print(f"error: {problem}")
+            print(f"store {store.url and _masked(store.url)}: {stored} run(s) stored, "
+                  f"{present} already there, {len(problems)} unreadable")
+            return 1 if problems else 0
+        if args.action == "durations":
+            durations = store.durations()
+            text = json.dumps(dict(sorted(durations.items())), indent=1) + "\n"
+            if args.out:
+                from harness.results import atomic_write_text
+
+                atomic_write_text(args.out, text)
+                print(f"{len(durations)} test durations -> {args.out} (pytest-split's "
+                      f"--durations-path)")
+            else:
+                print(text, end="")
+            return 0 if durations else 1
+        for row in store.runs(role=None):
+            print(f"{row.pk:>5} {row.run_id:<28} {row.shard:<5} {row.role:<8} "
+                  f"{row.device_type}/{row.device_slug} {row.stack_id} {row.host} "
+                  f"{row.started} {row.verdict or '-'} {row.n_records} records"
+                  + ("" if row.honest else " (faulted)" if row.faulted else " (incomplete)"))
+        return 0
+    except StoreError as exc:
+        raise SystemExit(f"error: {exc}") from None
+
+
+def _masked(url: str) -> str:
+    from harness.store import mask
+
+    return mask(url)
+
+
+def _cmd_verdict(args: argparse.Namespace) -> int:
+    """``verdict RUN_ID``: the shards of one run merged and judged once."""
+    from harness import baselines
+    from harness.store import StoreError
+    from harness.store.shards import merged
+    from harness.verdict import NO_GO, judge
+
+    store = _open_store(args)
+    try:
+        run, problems = merged(store, args.run_id)
+    except StoreError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    if run is None:
+        known = sorted({row.run_id for row in store.runs()})[-5:]
+        raise SystemExit(f"error: no run {args.run_id!r} in the store {_masked(store.url)} "
+                         f"(newest run ids: {', '.join(known) or 'none'}); give the --run-id "
+                         "the shards ran with")
+    base, name, why = None, "", "no baseline"
+    root = Path(args.baseline_dir) if args.baseline_dir else \
+        (_store_of(Path(run.baseline)) if run.baseline else None)
+    if root is not None:
+        selection = baselines.select(root, run.fingerprint, None)
+        base, name, why = selection.results, selection.stack_id or "", selection.reason
+    judged = judge(run, base, baseline_name=name, not_compared=why)
+    shards = sorted({row.shard for row in store.runs(run_id=args.run_id)})
+    if args.json:
+        print(json.dumps({"run_id": args.run_id, "shards": shards, "problems": problems,
+                          **judged.to_json()}, indent=1))
+    else:
+        print(judged.line)
+        print(f"run {args.run_id}: {len(shards)} shard(s) stored ({', '.join(shards)}), "
+              f"{len(run.records)} records")
+        for problem in problems:
+            print(f"  {problem}")
+    return 1 if judged.level == NO_GO else 0
+
+
+def _add_store(sub) -> None:
+    store = sub.add_parser("store", help="The store of runs: import results files, list "
+                           "runs, write the shard durations")
+    store.add_argument("action", choices=("import", "list", "durations"),
+                       help="import PATH...: store results files (folders too); list: the "
+                            "stored runs; durations: each test's seconds for pytest-split")
+    store.add_argument("paths", nargs="*", metavar="PATH", help="Results files or folders")
+    _add_store_option(store)
+    store.add_argument("--run-id", default=None, metavar="ID",
+                       help="Store the imported files under this run id. Default: each "
+                            "file's name")
+    store.add_argument("--as-baseline", action="store_true",
+                       help="Import as baselines (the store answers the baseline of a stack)")
+    store.add_argument("--out", default=None, metavar="FILE",
+                       help="durations: write them here. Default: print them")
+    store.add_argument("-q", "--quiet", action="store_true", help="Print only the summary")
+    store.set_defaults(func=_cmd_store)
+    verdict = sub.add_parser("verdict", help="The verdict of one run from its stored shards "
+                             "(a missing, duplicated or crashed shard is NO-GO)")
+    verdict.add_argument("run_id", metavar="RUN_ID", help="The run id the shards ran with")
+    _add_store_option(verdict)
+    verdict.add_argument("--baseline-dir", default=None, metavar="PATH",
+                         help="Baseline store. Default: the one the shards compared with")
+    verdict.add_argument("--json", action="store_true", help="Machine-readable output")
+    verdict.set_defaults(func=_cmd_verdict)
 
 
 # ------------------------------------------------------------------------ bench-eval
@@ -631,7 +799,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     report = sub.add_parser("report", help="The go/no-go report of a stored run (HTML, "
                             "Markdown, terminal), offline")
-    report.add_argument("results", metavar="RESULTS.json", help="A results or baseline file")
+    report.add_argument("results", nargs="?", default=None, metavar="RESULTS.json",
+                        help="A results or baseline file (not with --matrix)")
+    report.add_argument("--matrix", action="store_true",
+                        help="The fleet matrix of the store instead: device slug x stack x "
+                             "check family, the latest verdicts, the last 30 nights")
+    _add_store_option(report)
     report.add_argument("--against", default=None, metavar="BASELINE",
                         help="Compare with this baseline file (or stack id in the store). "
                              "Default: the baseline the run compared against")
@@ -679,6 +852,7 @@ def build_parser() -> argparse.ArgumentParser:
     optim.add_argument("--json", action="store_true", help="Machine-readable output")
     optim.set_defaults(func=_cmd_optim)
     _add_history(sub)
+    _add_store(sub)
     _add_bench_eval(sub)
     _add_scan(sub)
     _add_parity(sub)

@@ -143,6 +143,27 @@ def check_session(state) -> None:
     check_against(settings, state.selection)
     check_outputs(settings, state.run.fingerprint, state.selection)
     check_models(settings.models)
+    check_run_store(settings.store)
+
+
+def check_run_store(url: str) -> None:
+    """The store must be usable before the run: a server that answers, a schema this
+    harness reads (Note [Store schema versions] in harness/store/db.py); a SQLite file not
+    made yet needs only a folder it can be made in (nothing is imported for that)."""
+    from harness.store.url import driver_url
+
+    target = driver_url(url)
+    if target.startswith("sqlite:///"):
+        path = Path(target[len("sqlite:///"):])
+        if not path.exists():
+            _writable_folder("--store", path.parent, "folder")  # created with the results
+            return
+    from harness.store import StoreError, open_store
+
+    try:
+        open_store(url).close()
+    except StoreError as exc:
+        raise GuardError(str(exc)) from None
 
 
 def check_model_selected(models: Iterable[str], paths: Iterable[Path],

@@ -103,10 +103,30 @@ OPTIONS: list[tuple[tuple[str, ...], OptionKwargs]] = [
                                      "backend: graphs, breaks, recompiles, the compiled step "
                                      "vs eager (records graph/<model>/...). Default: "
                                      "%(default)r")),
+    (("--store",), dict(default=None, metavar="URL",
+                        help="The store every run is kept in: sqlite:///PATH or postgresql://"
+                             "USER:PASSWORD@HOST:PORT/DB (docs/nightly.md). Default: "
+                             "$HARNESS_STORE, else sqlite:///<results dir>/harness.db")),
+    (("--run-id",), dict(default=None, metavar="ID",
+                         help="The run this session is (a shard of): shards of one run share "
+                              "it. Default: from CI variables (GITHUB_RUN_ID, CI_PIPELINE_ID, "
+                              "BUILD_TAG), else one per session")),
 ]
 
 DESTS = tuple(flags[0].lstrip("-").replace("-", "_") for flags, _ in OPTIONS)
 """Each option's name in the parsed values (``--baseline-dir`` -> ``baseline_dir``)."""
+SHARD_DESTS = ("splits", "group")
+"""pytest-split's options (``--splits N --group I``), read when that plugin is loaded: a
+shard of a run is labelled ``I/N`` in the store (Note [Shards of one run])."""
+
+
+def settings_of_config(config, root: Path) -> Settings:
+    """The run's Settings from a pytest ``Config`` (read through ``getoption`` only)."""
+    markexpr = config.getoption("markexpr", "") or ""
+    values = {dest: config.getoption(dest) for dest in DESTS}
+    values.update({dest: config.getoption(dest, None) for dest in SHARD_DESTS})
+    return settings_from(values, root=root, here=config.invocation_params.dir,
+                         markexpr=markexpr)
 
 
 def names_marker(markexpr: str, marker: str) -> bool:
@@ -144,11 +164,22 @@ def settings_from(values: Mapping[str, Any], *, root: Path, here: Path,
         raise OptionsError("--model-compile compiles each --model, and no --model was "
                            "given; add --model PKG.MOD:FACTORY or drop --model-compile")
     alerts = alerts_paths((here / values["alerts"]).resolve())[0] if values["alerts"] else None
+    from harness.store import StoreError, check_url, url_for
+    from harness.store.shards import derive_run_id, label
+
+    results_dir = place(values["results_dir"], "results")
+    store = url_for(values.get("store"), results_dir)
+    try:
+        check_url(store)
+    except StoreError as exc:
+        raise OptionsError(str(exc)) from None
     return Settings(
         device_request=values["device"], baseline_mode=values["baseline"],
         baseline_dir=place(values["baseline_dir"], "baselines"),
         baseline_against=values["baseline_against"],
-        results_dir=place(values["results_dir"], "results"),
+        results_dir=results_dir, store=store,
+        run_id=values.get("run_id") or derive_run_id(),
+        shard=label(values.get("group"), values.get("splits")),
         alerts=alerts,
         report=(here / values["report"]).resolve() if values["report"] else None,
         faults=tuple(values["inject_fault"]), seed=values["seed"],

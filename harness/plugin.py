@@ -135,13 +135,16 @@ def pytest_cmdline_main(config: pytest.Config) -> Optional[int]:
             return int(pytest.main(joined, plugins=list(config.invocation_params.plugins or ())))
         finally:
             _rerunning = False
-    name = config.getoption("hypothesis_profile", None)
+    _check_profile(config.getoption("hypothesis_profile", None))
+    return None
+
+
+def _check_profile(name: Optional[str]) -> None:
     try:
         if name is not None:
             hypothesis_profiles.check_registered(name)
     except hypothesis_profiles.ProfileError as exc:
         raise pytest.UsageError(str(exc)) from None
-    return None
 
 
 def _xdist_workers(config: pytest.Config) -> Optional[int]:
@@ -166,11 +169,8 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{name}: {text}")
     try:
         hypothesis_profiles.load_default(config.getoption("hypothesis_profile", None))
-        settings = options.settings_from(
-            {dest: config.getoption(dest) for dest in options.DESTS},
-            root=layout.outputs_home(config.rootpath, config.invocation_params.dir),
-            here=config.invocation_params.dir,
-            markexpr=config.getoption("markexpr", "") or "")
+        settings = options.settings_of_config(
+            config, layout.outputs_home(config.rootpath, config.invocation_params.dir))
         state = harness_session.start(
             settings, worker=xdist_worker_index(), controller=not hasattr(config, "workerinput"),
             workers=_xdist_workers(config))
@@ -345,6 +345,8 @@ class _Collector:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if not any(key == SUITE_PROPERTY for key, _ in report.user_properties):
             return  # not a conformance check (the harness's own tests)
+        durations = self.state.durations  # for the next shard plan (pytest-split)
+        durations[report.nodeid] = durations.get(report.nodeid, 0.0) + report.duration
         checkrun.collect(self.state, report.nodeid, report.when, report.outcome,
                          [value for key, value in report.user_properties if key == PROPERTY])
 

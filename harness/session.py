@@ -71,6 +71,10 @@ class Settings:
     model_input: Optional[str] = None
     model_compile: bool = False
     graph_backend: Optional[str] = None
+    store: str = ""
+    """The store URL (harness.store.url_for): every run is kept there too."""
+    run_id: str = ""
+    shard: str = "1/1"
 
     @property
     def compares(self) -> bool:
@@ -96,6 +100,10 @@ class RunState:
     """The faults active before this session (:func:`finish` restores them)."""
     workers: Optional[int] = None
     """The run's pytest-xdist workers (None without xdist)."""
+    durations: dict[str, float] = dataclasses.field(default_factory=dict)
+    """Seconds per test node (all phases): stored for the next shard plan."""
+    store_problem: str = ""
+    """Why the run could not be stored (Note [Nothing deletes history]), or empty."""
     _ids_by_test: Optional[dict[str, list[str]]] = dataclasses.field(default=None, repr=False)
 
     @property
@@ -350,13 +358,49 @@ def _write_results(state: RunState) -> None:
         path = results_mod.write(run, settings.results_dir /
                                    f"{stamp}-{state.device.type}{results_mod.RESULTS_SUFFIX}")
         state.written.append(f"results: {path}")
+        if not _write_store(state, path):
+            return  # Note [Nothing deletes history]: the JSON is the only copy
         pruned = results_mod.prune(settings.results_dir, settings.keep_results)
         if pruned:
-            state.written.append(f"results: removed {len(pruned)} older run(s) (--keep-results "
-                                 f"{settings.keep_results})")
+            state.written.append(f"results: removed {len(pruned)} older results file(s) "
+                                 f"(--keep-results {settings.keep_results}; their runs stay "
+                                 "in the store)")
     except OSError as exc:
         state.errors.append(f"cannot write results to {settings.results_dir}: {exc}; free "
                             "space there or pass a writable --results-dir")
+
+
+# Note [Nothing deletes history]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# Every run is kept in the store (harness.store); the results folder keeps the newest
+# ``--keep-results`` JSON files, the artefacts CI uploads. Pruning deletes only those JSON
+# files, and only after this run was stored: when the store cannot be written, the run's
+# JSON file is its only copy, so nothing is pruned and the summary says how to import the
+# files later. The verdict is the stack's: a store that is down does not change it.
+
+
+def _write_store(state: RunState, path: Path) -> bool:
+    """Keep the run in the store; False (and a line saying how to import it later) when
+    the store cannot be written."""
+    from harness.store import StoreError, mask, open_store
+
+    settings = state.settings
+    try:
+        store = open_store(settings.store)
+        try:
+            store.put(state.run, run_id=settings.run_id, shard=settings.shard,
+                      source=str(path), durations=state.durations)
+        finally:
+            store.close()
+    except StoreError as exc:
+        state.store_problem = (
+            f"STORE NOT WRITTEN: {exc}. The run's results are in {path} (no results file "
+            f"was pruned); store them later with: python -m harness store import {path} "
+            f"--store '{mask(settings.store)}' --run-id {settings.run_id}")
+        return False
+    state.written.append(f"store: {mask(settings.store)} (run {settings.run_id}, shard "
+                         f"{settings.shard})")
+    return True
 
 
 def _record_baseline(state: RunState, complete: bool) -> None:
@@ -460,5 +504,7 @@ def summary_lines(state: RunState) -> list[tuple[str, dict]]:
     else:
         out.append((f"{len(state.run.records)} records; not compared", {}))
     out += [(f"ERROR {error}", {"red": True, "bold": True}) for error in state.errors]
+    if state.store_problem:
+        out.append((state.store_problem, {"red": True, "bold": True}))
     out += [(line, {}) for line in state.written]
     return out

@@ -6,10 +6,14 @@ import early
 import pytest
 import torch._dynamo  # noqa: F401 - see the note below
 
+import harness.store.db  # noqa: F401 - SQLAlchemy, kept across pytester runs (the note below)
+
 # Note [pytester and torch's lazy imports]: pytester's in-process runs restore
 # sys.modules afterwards, so a torch module first imported inside one (torch.manual_seed
 # lazily imports torch._dynamo) would be imported again by the next run and re-register
 # its operator library, which torch refuses. Importing it here keeps it for all runs.
+# SQLAlchemy is the same: imported again by a later run (the store, written at every
+# session's end), its compiled internals fail ("'InternalTraversal' object is not callable").
 
 pytest_plugins = ["pytester"]
 _STARTED_EARLY = pytest.StashKey[bool]()
@@ -33,6 +37,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_unconfigure(config: pytest.Config) -> None:
     if config.stash.get(_STARTED_EARLY, False):  # not an inner pytest run's end
         early.stop()
+
+
+@pytest.fixture(scope="session")
+def pg_cluster():
+    """A throw-away PostgreSQL cluster (tests/pg.py), stopped at the end; None where none
+    can be started (:func:`pg.unavailable` decides skip or fail)."""
+    import pg
+
+    cluster, reason = pg.start()
+    yield cluster if cluster is not None else reason
+    if cluster is not None:
+        cluster.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request, tmp_path):
+    """A fresh, empty store of each backend: a SQLite file, a PostgreSQL database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'harness.db'}"
+    import pg
+
+    cluster = request.getfixturevalue("pg_cluster")
+    if isinstance(cluster, str):
+        pg.unavailable(cluster)
+    return cluster.fresh()
 
 
 @pytest.fixture

@@ -26,6 +26,7 @@ def _commands(prefix: str) -> list[str]:
 
 def _on_cpu(command: str, places: dict[str, str]) -> list[str]:
     """The CPU equivalent: ``--device cpu``, ``suites/example``, paths under tmp."""
+    command = command.replace("${{ matrix.group }}", "1").split(" || ", 1)[0]
     for name, value in places.items():
         command = command.replace(f'"${name}"', value).replace(f"${name}", value)
     command = command.replace("report/", places["REPORT"] + "/")
@@ -35,17 +36,29 @@ def _on_cpu(command: str, places: dict[str, str]) -> list[str]:
             for i, a in enumerate(argv)]
     if argv[-1] == "suites":
         argv[-1] = "suites/example"
+    argv = [places["DURATIONS"] if a == ".test_durations" else a for a in argv]
     assert argv[:2] == ["python", "-m"], command
     return [sys.executable, *argv[1:]]
 
 
-def _run(argv: list[str]) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+def _run(argv: list[str], **extra: str) -> subprocess.CompletedProcess:
+    """``argv`` in the checkout; the CI's own run ids and store left out (``extra`` sets them)."""
+    env = {k: v for k, v in os.environ.items() if k not in (
+        "GITHUB_RUN_ID", "GITHUB_RUN_ATTEMPT", "CI_PIPELINE_ID", "BUILD_TAG", "HARNESS_STORE")}
+    env.update(PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), **extra)
     return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
+def _block(heading: str, language: str = "bash") -> list[str]:
+    """The lines of the first fenced ``language`` block after ``heading``."""
+    text = DOC.read_text().split(heading, 1)[1]
+    body = text.split(f"```{language}\n", 1)[1].split("```", 1)[0]
+    return [line for line in body.splitlines() if line.strip() and not line.startswith("#")]
+
+
 def test_doc_names_the_options_ci_needs():
-    [github, gitlab] = _commands("python -m pytest -m \"npu and not slow\"")
+    [github, fleet, gitlab] = _commands("python -m pytest -m \"npu and not slow\"")
+    assert "--splits 3 --group ${{ matrix.group }}" in fleet
     for line in (github, gitlab):
         for option in ("--junitxml", "--alerts", "--report", "--results-dir", "--baseline-dir",
                        "--device npu"):
@@ -58,7 +71,8 @@ def test_doc_names_the_options_ci_needs():
 @pytest.mark.timeout(900)
 def test_nightly_commands_run_on_cpu(tmp_path):
     places = {"HISTORY": str(tmp_path / "history"), "REPORT": str(tmp_path / "report"),
-              "STORE": str(tmp_path / "store")}
+              "STORE": str(tmp_path / "store"), "DURATIONS": str(tmp_path / "durations.json"),
+              "GITHUB_RUN_ID": "77", "GITHUB_RUN_ATTEMPT": "1"}
     (tmp_path / "report").mkdir()
     recorded = _run([sys.executable, "-m", "pytest", "-m", "npu", "--device", "cpu",
                      "--baseline", "record", "--baseline-dir", places["STORE"],
@@ -66,7 +80,7 @@ def test_nightly_commands_run_on_cpu(tmp_path):
                      "suites/example"])
     assert recorded.returncode == 0, recorded.stdout[-3000:]
 
-    [nightly, _] = _commands("python -m pytest -m \"npu and not slow\"")
+    [nightly, fleet, _] = _commands("python -m pytest -m \"npu and not slow\"")
     run = _run(_on_cpu(nightly, places))
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     report_dir = tmp_path / "report"
@@ -83,3 +97,38 @@ def test_nightly_commands_run_on_cpu(tmp_path):
     assert made.returncode == 0, made.stdout + made.stderr
     assert made.stdout.startswith("VERDICT: GO")
     assert "VERDICT: GO" in (report_dir / "summary.md").read_text()
+
+    # the store lines: history of what the nightly stored; the fleet's shard and verdict
+    store = {"HARNESS_STORE": f"sqlite:///{tmp_path / 'history' / 'harness.db'}"}
+    [history] = {line for line in _commands("python -m harness history")
+                 if line == "python -m harness history"}
+    shown = _run(_on_cpu(history, places), **store)
+    assert shown.returncode == 0 and shown.stdout.startswith("history: 2 runs of cpu/"), \
+        shown.stdout + shown.stderr
+    [durations] = _commands("python -m harness store durations")
+    assert _run(_on_cpu(durations, places), **store).returncode == 0  # the nightly's timings
+    assert (tmp_path / "durations.json").is_file()
+    ci = {"GITHUB_RUN_ID": "77", "GITHUB_RUN_ATTEMPT": "1",
+          "HARNESS_STORE": f"sqlite:///{tmp_path / 'fleet.db'}"}
+    shard = _run(_on_cpu(fleet, places) + ["--results-dir", str(tmp_path / "fleet")], **ci)
+    assert shard.returncode == 0, shard.stdout[-3000:]
+    [verdict] = _commands('python -m harness verdict "github-')
+    judged = _run(_on_cpu(verdict, places), **ci)
+    assert judged.returncode == 1 and judged.stdout.startswith("VERDICT: NO-GO"), judged.stdout
+    assert "shard 2/3 is missing" in judged.stdout and "shard 3/3 is missing" in judged.stdout
+
+
+@pytest.mark.timeout(900)
+def test_every_line_of_the_cpu_block_runs(tmp_path):
+    lines = _block("## Trying it on a CPU")
+    assert any("verdict night-1" in line for line in lines)
+    outputs = []
+    for line in lines:
+        command = line.replace("/tmp/", f"{tmp_path}/").replace(
+            "python -m", f"{shlex.quote(sys.executable)} -m")
+        done = _run(["bash", "-c", command], HARNESS_STORE="")
+        assert done.returncode == 0, (line, done.stdout[-3000:], done.stderr[-2000:])
+        outputs.append(done.stdout)
+    missing = outputs[next(i for i, line in enumerate(lines) if "|| echo" in line)]
+    assert missing.startswith("VERDICT: NO-GO") and "shard 2/2 is missing" in missing
+    assert outputs[-1].startswith("VERDICT: GO") and "2 shard(s) stored (1/2, 2/2)" in outputs[-1]

@@ -146,19 +146,6 @@ def host_adjusted(values: Sequence[float], controls: Sequence[float],
     return [math.exp(v - slope * (c - centre)) for v, c in zip(logs, log_ctl)]
 
 
-def _run_value(info: dict) -> tuple[Optional[float], Optional[float]]:
-    """A benchmark record's value in one results file (the median of its process runs)
-    and its host control (likewise; None unless every run has one)."""
-    from harness.bench.timing import run_controls, run_values
-
-    runs = info.get("runs") if isinstance(info, dict) else None
-    values, controls = run_values(runs), run_controls(runs)
-    if not values:
-        return None, None
-    return (statistics.median(values),
-            statistics.median(controls) if None not in controls else None)
-
-
 def load_runs(results_dir: Union[str, Path], stack: Optional[str] = None,
               metrics: bool = True) -> tuple[list[Run], str]:
     """The stored runs of one device and stack kind, oldest first, and what was chosen.
@@ -168,6 +155,7 @@ def load_runs(results_dir: Union[str, Path], stack: Optional[str] = None,
     """
     from harness.results import SchemaError, load, results_files
     from harness.stack import split_stack_id
+    from harness.store.series import METRIC, series_of
     from harness.verdict import honest
 
     runs: list[Run] = []
@@ -186,19 +174,12 @@ def load_runs(results_dir: Union[str, Path], stack: Optional[str] = None,
         fp = result.fingerprint
         values: dict[str, float] = {}
         controls: dict[str, float] = {}
-        for record_id, rec in result.records.items():
-            bench, control = _run_value(rec.info)
-            if bench is not None:
-                values[record_id] = bench
-                if control is not None:
-                    controls[record_id] = control
+        for kind, name, value, control in series_of(result.records):
+            if kind == METRIC and not metrics:
                 continue
-            if not metrics or rec.status not in ("pass", "fail", "slower"):
-                continue
-            for name, value in rec.metrics.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool) \
-                        and math.isfinite(value):
-                    values[f"{record_id}:{name}"] = float(value)
+            values[name] = value
+            if control is not None:
+                controls[name] = control
         runs.append(Run(str(path), result.started or path.stem, fp.get("stack_id", "?"),
                         f"{fp.get('device_type')}/{fp.get('device_slug')}", values, controls))
     unread = (f" ({len(skipped)} unreadable file(s) skipped; the first: {skipped[0]})"
@@ -224,23 +205,31 @@ def analyse(runs: Sequence[Run], **kwargs) -> list[dict]:
     rows = []
     for name in names:
         points = [i for i, run in enumerate(runs) if name in run.values]
-        if len(points) < 2 * MIN_SIZE:
-            continue
-        series = [runs[i].values[name] for i in points]
+        rows += series_rows(name, points, [runs[i].values[name] for i in points],
+                            [runs[i].controls.get(name) for i in points], runs, **kwargs)
+    return rows
+
+
+def series_rows(name: str, points: Sequence[int], series: Sequence[float],
+                controls: Sequence[Optional[float]], runs: Sequence, **kwargs) -> list[dict]:
+    """The change points of one series: its values at ``runs[points[k]]`` (each with
+    ``path``, ``started``, ``stack_id``), host-adjusted where every value has a control."""
+    if len(points) < 2 * MIN_SIZE:
+        return []
+    changes = change_points(series, **kwargs)
+    adjusted = all(c is not None for c in controls)
+    if adjusted:  # Note [Change points]: judged as the verdict judges, host-adjusted
+        series = host_adjusted(series, controls, [c.index for c in changes])
         changes = change_points(series, **kwargs)
-        controls = [runs[i].controls.get(name) for i in points]
-        adjusted = all(c is not None for c in controls)
-        if adjusted:  # Note [Change points]: judged as the verdict judges, host-adjusted
-            series = host_adjusted(series, controls, [c.index for c in changes])
-            changes = change_points(series, **kwargs)
-        for change in changes:
-            index = points[change.index]
-            first = runs[index]
-            rows.append({"series": name, "run_index": index + 1, "run": Path(first.path).name,
-                         "started": first.started, "stack_id": first.stack_id,
-                         "before": change.before, "after": change.after,
-                         "ratio": change.ratio, "p_value": change.p_value,
-                         "host_adjusted": adjusted})
+    rows = []
+    for change in changes:
+        index = points[change.index]
+        first = runs[index]
+        rows.append({"series": name, "run_index": index + 1, "run": Path(first.path).name,
+                     "started": first.started, "stack_id": first.stack_id,
+                     "before": change.before, "after": change.after,
+                     "ratio": change.ratio, "p_value": change.p_value,
+                     "host_adjusted": adjusted})
     return rows
 
 
@@ -277,3 +266,132 @@ def main(results_dir: Union[str, Path], *, stack: Optional[str] = None, as_json:
     print(json.dumps({"what": what, "changes": rows}, indent=1) if as_json
           else report(rows, what))
     return 0
+
+
+# Note [History from the store]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# The store keeps each run's series values packed (Note [What the store keeps] in
+# harness/store/schema.py), so history reads numbers, never JSON, one run at a time. A year
+# of a default run is ~160,000 series x 365 runs; most are constant (a deterministic
+# kernel's error is the same every night), and a series can only have a change of at least
+# ``min_effect`` when (max - min) >= min_effect x min |value|: the medians either side of a
+# change lie within [min, max] and the one before is at least min |value| away from zero.
+# So a first pass keeps per-series count, min, max and min |value|, and only the series
+# that can change (every benchmark: host adjustment can move them) are read again and
+# segmented: the same rows as reading every file, without holding the year in memory.
+
+
+@dataclasses.dataclass
+class StoredPoint:
+    """A stored run as a change row names it."""
+
+    path: str
+    started: str
+    stack_id: str
+
+
+def store_runs(store, *, stack: Optional[str] = None, device: Optional[str] = None):
+    """``(chosen stored runs, oldest first; what was chosen)``: the honest runs of one
+    device (``TYPE/SLUG``; default: the newest run's) and the newest run's stack kind
+    (``stack``: only that stack id); faulted and incomplete runs left out and counted."""
+    from harness.stack import split_stack_id
+
+    rows = store.runs()
+    left_out: dict[str, int] = {}
+    honest = []
+    for row in rows:
+        if row.honest:
+            honest.append(row)
+        else:
+            why = "fault-injected" if row.faulted else "incomplete"
+            left_out[why] = left_out.get(why, 0) + 1
+    note = ("; left out " + ", ".join(f"{n} {why} run(s)" for why, n in
+                                      sorted(left_out.items()))) if left_out else ""
+    if device is not None:
+        honest = [r for r in honest if f"{r.device_type}/{r.device_slug}" == device]
+    if not honest:
+        return [], f"no runs{' of ' + device if device else ''} in the store{note}"
+    newest = honest[-1]
+    kind = split_stack_id(newest.stack_id)[0]
+    name = f"{newest.device_type}/{newest.device_slug}"
+    chosen = [r for r in honest if f"{r.device_type}/{r.device_slug}" == name
+              and split_stack_id(r.stack_id)[0] == kind and (stack is None or r.stack_id == stack)]
+    what = (f"{len(chosen)} runs of {name}, stack {stack or kind + '*'}, "
+            f"{chosen[0].started} .. {chosen[-1].started}" if chosen else
+            f"no runs of stack {stack} for {name}") + note
+    return chosen, what
+
+
+def analyse_store(store, chosen: Sequence, *, metrics: bool = True, **kwargs) -> list[dict]:
+    """:func:`analyse` over stored runs (Note [History from the store])."""
+    import numpy as np
+
+    min_effect = kwargs.get("min_effect", DEFAULT_MIN_EFFECT)
+    pks = [row.pk for row in chosen]
+    column: dict[int, int] = {}
+    mapped: dict[str, np.ndarray] = {}  # layout -> the columns of its ids
+    stats = np.zeros((0, 4))  # count, min, max, min |value|
+    bench = np.zeros(0, dtype=bool)
+    for _, layout, ids, kinds, vals, _ in store.scan_series(pks):
+        cols = mapped.get(layout)
+        if cols is None:
+            new = [int(i) for i in ids if int(i) not in column]
+            for ident in new:
+                column[ident] = len(column)
+            stats = np.vstack([stats, np.tile([0.0, np.inf, -np.inf, np.inf], (len(new), 1))])
+            bench = np.concatenate([bench, np.zeros(len(new), dtype=bool)])
+            cols = mapped[layout] = np.fromiter((column[int(i)] for i in ids), np.int64,
+                                                len(ids))
+            bench[cols] |= kinds == ord("b")
+        stats[cols, 0] += 1  # a layout's ids are unique: plain fancy indexing is exact
+        stats[cols, 1] = np.minimum(stats[cols, 1], vals)
+        stats[cols, 2] = np.maximum(stats[cols, 2], vals)
+        stats[cols, 3] = np.minimum(stats[cols, 3], np.abs(vals))
+    count, low, high, small = stats.T if len(stats) else (np.zeros(0),) * 4
+    enough = count >= 2 * MIN_SIZE
+    can_change = (high > low) & (high - low >= min_effect * small)
+    picked = np.flatnonzero(enough & (bench | (can_change if metrics else False)))
+    ids_of = {j: i for i, j in column.items()}
+    names = store.names_of(ids_of[int(j)] for j in picked)
+    slot = np.full(len(column), -1, dtype=np.int64)
+    slot[picked] = np.arange(len(picked))
+    values = np.full((len(pks), len(picked)), np.nan)
+    controls = np.full((len(pks), len(picked)), np.nan)
+    for index, layout, _, _, vals, ctl in store.scan_series(pks):
+        keep = slot[mapped[layout]]
+        ok = keep >= 0
+        values[index, keep[ok]] = vals[ok]
+        controls[index, keep[ok]] = ctl[ok]
+    points_of = [StoredPoint(row.source or f"store run {row.pk}", row.started, row.stack_id)
+                 for row in chosen]
+    rows = []
+    for k in sorted(range(len(picked)), key=lambda k: names[ids_of[int(picked[k])]]):
+        present = np.flatnonzero(~np.isnan(values[:, k]))
+        ctl = controls[present, k]
+        rows += series_rows(names[ids_of[int(picked[k])]], [int(i) for i in present],
+                            [float(v) for v in values[present, k]],
+                            [None if np.isnan(c) else float(c) for c in ctl], points_of,
+                            **kwargs)
+    return rows
+
+
+def store_main(url: str, *, stack: Optional[str] = None, device: Optional[str] = None,
+               as_json: bool = False, metrics: bool = True,
+               min_effect: float = DEFAULT_MIN_EFFECT) -> int:
+    """``python -m harness history --store URL``: the change points of the stored runs."""
+    from harness.store import StoreError, open_store
+
+    try:
+        store = open_store(url)
+        chosen, what = store_runs(store, stack=stack, device=device)
+        rows = analyse_store(store, chosen, metrics=metrics, min_effect=min_effect) \
+            if chosen else []
+    except StoreError as exc:
+        print(f"error: {exc}")
+        return 2
+    except MissingDependency as exc:
+        print(f"error: {exc}")
+        return 2
+    print(json.dumps({"what": what, "changes": rows}, indent=1) if as_json
+          else report(rows, what) if chosen else f"history: {what}")
+    return 0 if chosen else 1

@@ -1,0 +1,461 @@
+"""The store's one code path over SQLite and PostgreSQL (SQLAlchemy Core, psycopg 3).
+
+Note [Store schema versions]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+The schema is versioned with Alembic from its first revision (migrations/). A new store
+is created from :mod:`harness.store.schema` and stamped with :data:`schema.HEAD` (what
+Alembic's cookbook recommends: ``create_all`` then ``stamp``), in one transaction, so a
+fresh SQLite file costs no Alembic import; tests/test_store.py proves the migration chain
+builds the same tables. A store at an older revision is upgraded by Alembic when it is
+opened; one at a revision this harness does not know was written by a newer harness and
+is refused (:class:`NewerStoreError`), with the fix: upgrade the harness. Never a
+downgrade: an older harness must not rewrite what a newer one stored.
+
+Note [One write, one transaction]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+A run is stored in one transaction (its row, its records, its series, its durations), so
+a writer killed at any point (kill -9 included) leaves the run absent or whole: SQLite's
+WAL and PostgreSQL's commit make that so. SQLite writers take the write lock when the
+transaction begins (``BEGIN IMMEDIATE``), waiting up to the busy timeout for one another
+instead of failing on a lock upgrade; names (record ids, series) are interned with
+``INSERT ... ON CONFLICT DO NOTHING``, so concurrent writers of the same names do not
+collide. A run already stored (the same document under the same run id and shard:
+its ``digest``) is not stored twice: importing a folder again is harmless.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import hashlib
+import json
+import re
+import zlib
+from pathlib import Path
+from typing import Iterable, Optional, Sequence
+
+from harness.store import schema
+from harness.store.url import ENV, NewerStoreError, StoreError, check_url, driver_url, mask
+
+BUSY_SECONDS = 60.0
+COMPRESSION = 3
+ROLES = ("run", "baseline")
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredRun:
+    """One stored run's row, without its documents."""
+
+    pk: int
+    run_id: str
+    shard: str
+    role: str
+    device_type: str
+    device_slug: str
+    stack_id: str
+    host: str
+    started: str
+    finished: str
+    complete: bool
+    faulted: bool
+    verdict: str
+    n_records: int
+    counts: dict
+    source: str
+
+    @property
+    def honest(self) -> bool:
+        """Not fault-injected, complete (Note [Honest comparisons] in harness.verdict)."""
+        return self.complete and not self.faulted
+
+
+_ROW_COLUMNS = [f.name for f in dataclasses.fields(StoredRun)]
+
+
+def _engine(url: str):
+    from sqlalchemy import create_engine, event
+
+    check_url(url)
+    target = driver_url(url)
+    if target.startswith("sqlite"):
+        path = target.split(":///", 1)[1] if ":///" in target else ""
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(target, connect_args={"timeout": BUSY_SECONDS})
+
+        @event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn, _record) -> None:
+            dbapi_conn.isolation_level = None  # transactions begin below, not in the driver
+            cursor = dbapi_conn.cursor()
+            for pragma in ("journal_mode=WAL", f"busy_timeout={int(BUSY_SECONDS * 1000)}",
+                           "synchronous=NORMAL", "foreign_keys=ON"):
+                cursor.execute(f"PRAGMA {pragma}")
+            cursor.close()
+
+        @event.listens_for(engine, "begin")
+        def _begin(conn) -> None:  # Note [One write, one transaction]
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.info.get("write") else "BEGIN")
+
+        return engine
+    return create_engine(target, connect_args={"connect_timeout": 10}, pool_pre_ping=True)
+
+
+def _fix(url: str) -> str:
+    if driver_url(url).startswith("sqlite"):
+        return ("give --store a writable path (sqlite:///PATH) or point --results-dir at a "
+                "writable folder")
+    return ("start the server or correct host, port, user, password and database in "
+            f"--store / {ENV} (postgresql://USER:PASSWORD@HOST:PORT/DB)")
+
+
+class Store:
+    """Runs kept in a database: :meth:`put`, :meth:`load`, :meth:`runs`, :meth:`series`,
+    :meth:`durations`, :meth:`baseline`. Open with :func:`harness.store.open_store`."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._layouts: set[str] = set()
+        try:
+            self.engine = _engine(url)
+            self._ensure_schema()
+        except StoreError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - every driver error: one message with the fix
+            raise self.error("cannot open", exc) from None
+
+    def error(self, what: str, exc: BaseException) -> StoreError:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = re.sub(r"\(Background on this error.*", "", first).strip()
+        return StoreError(f"store {mask(self.url)}: {what}: {mask(first)}; {_fix(self.url)}")
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # ------------------------------------------------------------------ schema
+
+    def _write(self):
+        """A connection whose transaction takes the write lock at once (SQLite)."""
+        conn = self.engine.connect()
+        conn.info["write"] = True
+        return conn
+
+    def _ensure_schema(self) -> None:
+        from sqlalchemy import inspect, text
+
+        with self.engine.connect() as conn:
+            version = _revision(conn)
+        if version == schema.HEAD:
+            return
+        if version is not None:
+            self._migrate(version)
+            return
+        conn = self._write()
+        try:
+            with conn.begin():
+                if conn.dialect.name == "postgresql":  # one creator at a time
+                    conn.execute(text("SELECT pg_advisory_xact_lock(3535)"))
+                version = _revision(conn)
+                if version is None:
+                    if inspect(conn).has_table("runs"):
+                        raise StoreError(f"store {mask(self.url)}: has a runs table but no "
+                                         "schema revision: not a harness store. Give another "
+                                         "--store")
+                    schema.metadata.create_all(conn)
+                    _VERSION.create(conn, checkfirst=True)
+                    conn.execute(_VERSION.insert().values(version_num=schema.HEAD))
+        finally:
+            conn.info.pop("write", None)
+            conn.close()
+        if version not in (None, schema.HEAD):
+            self._migrate(version)
+
+    def _migrate(self, version: str) -> None:
+        from alembic import command
+        from alembic.script import ScriptDirectory
+        from alembic.util import CommandError
+
+        config = alembic_config()
+        try:
+            ScriptDirectory.from_config(config).get_revision(version)
+        except CommandError:
+            raise NewerStoreError(
+                f"store {mask(self.url)}: schema revision {version!r} is newer than this "
+                f"harness knows (its newest is {schema.HEAD}); a newer harness wrote it. "
+                "Upgrade the harness (pip install --upgrade npu-conformance, or update the "
+                "checkout) to use this store; this one will not change it") from None
+        conn = self._write()
+        try:
+            with conn.begin():
+                config.attributes["connection"] = conn
+                command.upgrade(config, "head")
+        finally:
+            conn.info.pop("write", None)
+            conn.close()
+
+    # ------------------------------------------------------------------ writing
+
+    def put(self, run, *, run_id: str, shard: str = "1/1", source: str = "",
+            role: str = "run", durations: Optional[dict[str, float]] = None) -> tuple[int, bool]:
+        """Store one run (a :class:`harness.results.RunResults`) in one transaction (Note
+        [One write, one transaction]); ``(its pk, whether it was new)``."""
+        from sqlalchemy import select
+
+        from harness.store.series import series_of
+
+        if role not in ROLES:
+            raise ValueError(f"role {role!r}; expected one of {ROLES}")
+        doc = run.to_json()
+        body_doc = doc.pop("records")
+        head = json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
+        body = json.dumps(body_doc, separators=(",", ":"), allow_nan=False).encode()
+        digest = hashlib.sha256(b"\0".join([head, body, run_id.encode(), shard.encode(),
+                                            role.encode()])).hexdigest()
+        fp = run.fingerprint
+        counts: dict[str, int] = {}
+        for rec in run.records.values():
+            counts[str(rec.status)] = counts.get(str(rec.status), 0) + 1
+        verdict = (run.verdict or {}).get("verdict", "") if isinstance(run.verdict, dict) else ""
+        row = dict(digest=digest, run_id=run_id, shard=shard, role=role,
+                   device_type=str(fp.get("device_type", "")),
+                   device_slug=str(fp.get("device_slug") or ""), stack_id=str(fp["stack_id"]),
+                   host=str(fp.get("host") or ""), started=run.started or "",
+                   finished=run.finished or "", complete=bool(run.complete),
+                   faulted=bool(run.faults), verdict=str(verdict).upper()[:10],
+                   n_records=len(run.records), counts=json.dumps(counts, sort_keys=True),
+                   source=str(source), stored_at=_utc_now(),
+                   head=zlib.compress(head, COMPRESSION), body=zlib.compress(body, COMPRESSION))
+        series = series_of(run.records)
+        conn = self._write()
+        try:
+            with conn.begin():
+                found = conn.execute(select(schema.runs.c.pk).where(
+                    schema.runs.c.digest == digest)).scalar()
+                if found is not None:
+                    return int(found), False
+                pk = int(conn.execute(schema.runs.insert().values(**row)).inserted_primary_key[0])
+                record_ids = {rid: schema.name_id("r", rid) for rid in run.records}
+                if run.records:
+                    conn.execute(schema.records.insert(), [
+                        {"run_pk": pk, "record": record_ids[rid], "status": str(rec.status)}
+                        for rid, rec in run.records.items()])
+                self._put_series(conn, pk, series, record_ids)
+                if durations:
+                    conn.execute(schema.durations.insert(), [
+                        {"run_pk": pk, "test": test, "seconds": float(seconds)}
+                        for test, seconds in sorted(durations.items())])
+            return pk, True
+        except StoreError:
+            self._layouts.clear()
+            raise
+        except Exception as exc:  # noqa: BLE001 - a driver error: one message with the fix
+            self._layouts.clear()  # layouts written in the rolled-back transaction are gone
+            raise self.error("cannot store the run", exc) from None
+        finally:
+            conn.info.pop("write", None)
+            conn.close()
+
+    def _put_series(self, conn, pk: int, series: list, record_ids: dict[str, int]) -> None:
+        """The run's series values, in the order of a layout (stored once per set of ids,
+        with every name it holds, Note [What the store keeps])."""
+        import numpy as np
+        from sqlalchemy import select
+
+        kinds = "".join(kind for kind, _, _, _ in series).encode("ascii")
+        text = "\0".join([*(f"{kind}{name}" for kind, name, _, _ in series), "",
+                          *sorted(record_ids)])
+        digest = hashlib.sha256(text.encode()).hexdigest()  # the names, not their ids
+        if digest not in self._layouts and conn.execute(select(schema.layouts.c.digest).where(
+                schema.layouts.c.digest == digest)).scalar() is None:
+            ids = np.array([schema.name_id(kind, name) for kind, name, _, _ in series],
+                           dtype="<i8")
+            names = [{"id": record_ids[rid], "kind": "r", "name": rid} for rid in record_ids]
+            names += [{"id": int(i), "kind": kind, "name": name}
+                      for i, (kind, name, _, _) in zip(ids, series)]
+            for start in range(0, len(names), 20000):
+                conn.execute(_insert_ignoring(conn, schema.names), names[start:start + 20000])
+            conn.execute(_insert_ignoring(conn, schema.layouts).values(
+                digest=digest, ids=zlib.compress(ids.tobytes(), COMPRESSION),
+                kinds=zlib.compress(kinds, COMPRESSION)))
+        self._layouts.add(digest)
+        vals = np.array([value for _, _, value, _ in series], dtype="<f8")
+        ctl = np.array([np.nan if c is None else c for _, _, _, c in series], dtype="<f8")
+        conn.execute(schema.series_values.insert().values(
+            run_pk=pk, layout=digest, vals=zlib.compress(vals.tobytes(), COMPRESSION),
+            controls=zlib.compress(ctl.tobytes(), COMPRESSION)))
+
+    # ------------------------------------------------------------------ reading
+
+    def runs(self, *, run_id: Optional[str] = None, device_type: Optional[str] = None,
+             device_slug: Optional[str] = None, stack_id: Optional[str] = None,
+             host: Optional[str] = None, since: Optional[str] = None,
+             until: Optional[str] = None, role: Optional[str] = "run",
+             record: Optional[str] = None) -> list[StoredRun]:
+        """Stored runs (oldest first) that match every filter given; ``record``: runs that
+        hold this record id."""
+        from sqlalchemy import select
+
+        t = schema.runs
+        query = select(*[t.c[name] for name in _ROW_COLUMNS])
+        for column, value in (("run_id", run_id), ("device_type", device_type),
+                              ("device_slug", device_slug), ("stack_id", stack_id),
+                              ("host", host), ("role", role)):
+            if value is not None:
+                query = query.where(t.c[column] == value)
+        if since:
+            query = query.where(t.c.started >= since)
+        if until:
+            query = query.where(t.c.started <= until)
+        if record is not None:
+            query = query.where(t.c.pk.in_(select(schema.records.c.run_pk).where(
+                schema.records.c.record == schema.name_id("r", record))))
+        query = query.order_by(t.c.started, t.c.pk)
+        with self._reading("cannot list runs") as conn:
+            rows = conn.execute(query).all()
+        return [StoredRun(**{**row._mapping, "counts": json.loads(row.counts)}) for row in rows]
+
+    def load(self, pk: int):
+        """The stored run ``pk`` as :class:`harness.results.RunResults`, read through
+        :meth:`harness.results.RunResults.from_json` (migrations included)."""
+        from sqlalchemy import select
+
+        from harness.results import RunResults
+
+        with self._reading("cannot read a run") as conn:
+            row = conn.execute(select(schema.runs.c.head, schema.runs.c.body).where(
+                schema.runs.c.pk == pk)).first()
+        if row is None:
+            raise StoreError(f"store {mask(self.url)}: no run {pk}")
+        doc = json.loads(zlib.decompress(row.head))
+        doc["records"] = json.loads(zlib.decompress(row.body))
+        return RunResults.from_json(doc, source=f"{mask(self.url)} run {pk}")
+
+    def record_statuses(self, record: str) -> list[tuple[int, str]]:
+        """``(run pk, status)`` of one record id in every stored run that has it."""
+        from sqlalchemy import select
+
+        r = schema.records
+        with self._reading("cannot read records") as conn:
+            return [tuple(row) for row in conn.execute(
+                select(r.c.run_pk, r.c.status).where(
+                    r.c.record == schema.name_id("r", record)).order_by(r.c.run_pk)).all()]
+
+    def scan_series(self, pks: Sequence[int]):
+        """History's values, one stored run at a time (so a year of nightlies is never in
+        memory at once): ``(index in pks, layout, ids, kinds, values, controls)`` per run
+        that has series: ``layout`` names the set of ``ids`` (the series name ids, int64),
+        ``kinds`` their kinds (``b``/``m``, a uint8 array), ``controls`` NaN where there is
+        no host control."""
+        import numpy as np
+        from sqlalchemy import select
+
+        sv, lay = schema.series_values, schema.layouts
+        layouts: dict[str, tuple] = {}
+        row_of = {pk: i for i, pk in enumerate(pks)}
+        with self._reading("cannot read series") as conn:
+            for start in range(0, len(pks), 32):
+                chunk = list(pks[start:start + 32])
+                rows = conn.execute(select(sv.c.run_pk, sv.c.layout, sv.c.vals, sv.c.controls)
+                                    .where(sv.c.run_pk.in_(chunk))).all()
+                for row in sorted(rows, key=lambda r: row_of[r.run_pk]):
+                    if row.layout not in layouts:
+                        found = conn.execute(select(lay.c.ids, lay.c.kinds).where(
+                            lay.c.digest == row.layout)).one()
+                        layouts[row.layout] = (
+                            np.frombuffer(zlib.decompress(found.ids), dtype="<i8"),
+                            np.frombuffer(zlib.decompress(found.kinds), dtype=np.uint8))
+                    ids, kinds = layouts[row.layout]
+                    yield (row_of[row.run_pk], row.layout, ids, kinds,
+                           np.frombuffer(zlib.decompress(row.vals), dtype="<f8"),
+                           np.frombuffer(zlib.decompress(row.controls), dtype="<f8"))
+
+    def names_of(self, ids: Iterable[int]) -> dict[int, str]:
+        """Name ids -> their names."""
+        from sqlalchemy import select
+
+        wanted = sorted({int(i) for i in ids})
+        out: dict[int, str] = {}
+        with self._reading("cannot read names") as conn:
+            for start in range(0, len(wanted), 500):
+                out.update(conn.execute(select(schema.names.c.id, schema.names.c.name).where(
+                    schema.names.c.id.in_(wanted[start:start + 500]))).all())
+        return out
+
+    def durations(self, pks: Optional[Sequence[int]] = None) -> dict[str, float]:
+        """Each test's seconds in the newest stored run that timed it (``pks``: among
+        these runs), for a shard plan."""
+        from sqlalchemy import select
+
+        d, t = schema.durations, schema.runs
+        query = select(d.c.test, d.c.seconds).join(t, t.c.pk == d.c.run_pk).order_by(
+            t.c.started, t.c.pk)
+        if pks is not None:
+            query = query.where(d.c.run_pk.in_(list(pks)))
+        with self._reading("cannot read durations") as conn:
+            return {test: seconds for test, seconds in conn.execute(query).all()}
+
+    def baseline(self, device_type: str, device_slug: str, stack_id: str):
+        """The newest run stored as the baseline of this stack (``store import
+        --as-baseline``), or None."""
+        found = self.runs(device_type=device_type, device_slug=device_slug,
+                          stack_id=stack_id, role="baseline")
+        return self.load(found[-1].pk) if found else None
+
+    def _reading(self, what: str):
+        store = self
+
+        class _Reading:
+            def __enter__(self):
+                try:
+                    self.conn = store.engine.connect()
+                except Exception as exc:  # noqa: BLE001
+                    raise store.error(what, exc) from None
+                return self.conn
+
+            def __exit__(self, kind, exc, tb):
+                self.conn.close()
+                if exc is not None and not isinstance(exc, StoreError) \
+                        and type(exc).__module__.startswith(("sqlalchemy", "psycopg", "sqlite3")):
+                    raise store.error(what, exc) from None
+                return False
+
+        return _Reading()
+
+
+def _insert_ignoring(conn, table):
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    return insert(table).on_conflict_do_nothing()
+
+
+def _utc_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _version_table():
+    from sqlalchemy import Column, MetaData, PrimaryKeyConstraint, String, Table
+
+    return Table("alembic_version", MetaData(), Column("version_num", String(32),
+                                                       nullable=False),
+                 PrimaryKeyConstraint("version_num", name="alembic_version_pkc"))
+
+
+_VERSION = _version_table()
+
+
+def _revision(conn) -> Optional[str]:
+    from sqlalchemy import inspect, select
+
+    if not inspect(conn).has_table("alembic_version"):
+        return None
+    return conn.execute(select(_VERSION.c.version_num)).scalar()
+
+
+def alembic_config():
+    """Alembic's configuration for the store's migrations (no alembic.ini needed)."""
+    from alembic.config import Config
+
+    config = Config()
+    config.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
+    return config

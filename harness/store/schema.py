@@ -1,0 +1,119 @@
+"""The store's tables (SQLAlchemy Core), one definition for SQLite and PostgreSQL.
+
+Note [What the store keeps]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~
+A run is one row of ``runs``: the columns the views filter on (device type and slug, stack,
+host, times, run id and shard, honesty, verdict level) and two compressed JSON documents
+that hold the results file losslessly: ``head`` (every run-level field of docs/schema.md)
+and ``body`` (the records, as ``RunResults.to_json`` writes them). ``records`` has one row
+per record (run, record id, status), so "which runs had this record, with what status" is
+a query. Record ids and series names are stored once (``names``), keyed by a 64-bit hash
+of the name (:func:`name_id`), so a writer needs no lookup to know an id. ``series_values``
+is what history reads: per run, the numeric value of every history series (a benchmark's
+median, every other record's finite metrics) as one packed array in the order of a
+``layout`` (the run's series ids, stored once for every night that has the same ones), so
+a year of nightlies is read without parsing any JSON.
+``durations`` keeps each test's seconds, from which a shard plan (pytest-split) is built.
+
+Changing a table: add an Alembic revision under migrations/versions (``down_revision`` the
+current head), change this file to match, set :data:`HEAD` to the new revision;
+tests/test_store.py proves the migrations build exactly these tables.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    Text,
+)
+
+HEAD = "0002"
+"""The newest schema revision (the last Alembic revision in migrations/versions)."""
+
+metadata = MetaData()
+
+runs = Table(
+    "runs", metadata,
+    Column("pk", Integer, primary_key=True, autoincrement=True),
+    Column("digest", String(64), nullable=False, unique=True),  # sha256 of the document
+    Column("run_id", String(200), nullable=False),
+    Column("shard", String(40), nullable=False),  # "I/N" (pytest-split group of splits)
+    Column("role", String(20), nullable=False),  # "run" or "baseline"
+    Column("device_type", String(20), nullable=False),
+    Column("device_slug", String(200), nullable=False),
+    Column("stack_id", String(100), nullable=False),
+    Column("host", String(200), nullable=False),
+    Column("started", String(40), nullable=False),
+    Column("finished", String(40), nullable=False),
+    Column("complete", Boolean, nullable=False),
+    Column("faulted", Boolean, nullable=False),
+    Column("verdict", String(10), nullable=False),  # NO-GO / REVIEW / GO / "" (not judged)
+    Column("n_records", Integer, nullable=False),
+    Column("counts", Text, nullable=False),  # JSON: records per status
+    Column("source", Text, nullable=False),  # the results file it came from
+    Column("stored_at", String(40), nullable=False),
+    Column("head", LargeBinary, nullable=False),  # zlib(JSON): run-level fields
+    Column("body", LargeBinary, nullable=False),  # zlib(JSON): records
+    Index("ix_runs_series", "device_type", "device_slug", "stack_id", "started"),
+    Index("ix_runs_run_id", "run_id", "shard"),
+    Index("ix_runs_host", "host"),
+    Index("ix_runs_stack", "stack_id", "device_slug"),  # revision 0002
+)
+
+names = Table(
+    "names", metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=False),  # name_id(kind, name)
+    Column("kind", String(1), nullable=False),  # r: record id, m: metric series, b: benchmark
+    Column("name", Text, nullable=False),
+)
+
+layouts = Table(
+    "layouts", metadata,
+    Column("digest", String(64), primary_key=True),  # sha256 of the ids
+    Column("ids", LargeBinary, nullable=False),  # zlib(int64 little-endian): series name ids
+    Column("kinds", LargeBinary, nullable=False),  # zlib(ASCII): each series' kind (b or m)
+)
+
+records = Table(
+    "records", metadata,
+    Column("run_pk", Integer, ForeignKey("runs.pk", ondelete="CASCADE"), nullable=False),
+    Column("record", BigInteger, nullable=False),  # names.id of the record id
+    Column("status", String(12), nullable=False),
+    Index("ix_records_run", "run_pk"),
+    Index("ix_records_record", "record", "run_pk"),
+)
+
+series_values = Table(
+    "series_values", metadata,
+    Column("run_pk", Integer, ForeignKey("runs.pk", ondelete="CASCADE"), primary_key=True),
+    Column("layout", String(64), ForeignKey("layouts.digest"), nullable=False),
+    Column("vals", LargeBinary, nullable=False),  # zlib(float64 LE), in the layout's order
+    Column("controls", LargeBinary, nullable=False),  # zlib(float64 LE), NaN: no control
+)
+
+durations = Table(
+    "durations", metadata,
+    Column("run_pk", Integer, ForeignKey("runs.pk", ondelete="CASCADE"), nullable=False),
+    Column("test", Text, nullable=False),
+    Column("seconds", Float, nullable=False),
+    Index("ix_durations_run", "run_pk"),
+)
+
+
+def name_id(kind: str, name: str) -> int:
+    """The id of a record id or series name: the first 8 bytes of its BLAKE2b hash, as a
+    signed 64-bit integer (a collision among a million names has odds near 3e-8)."""
+    digest = hashlib.blake2b(f"{kind}\0{name}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little", signed=True)
