@@ -51,7 +51,8 @@ def import_paths(store: Store, paths: Iterable[Union[str, Path]], *,
         except SchemaError as exc:
             problems.append(str(exc))
             continue
-        _, new = store.put(run, run_id=run_id or path.name.removesuffix(".gz").removesuffix(".json"), source=str(path), role=role)
+        name = path.name.removesuffix(".gz").removesuffix(".json")
+        _, new = store.put(run, run_id=run_id or name, source=str(path), role=role)
         stored, present = stored + new, present + (not new)
         if progress is not None:
             progress(f"{'stored' if new else 'already stored'}: {path}")
