@@ -173,12 +173,22 @@ def build(verbose: bool = False):
             raise RuntimeError(missing)
         from torch.utils import cpp_extension
 
+        from filelock import FileLock
+
         directory = cache_dir()
         directory.mkdir(parents=True, exist_ok=True)
-        source = _source_in(directory)
-        _ext = cpp_extension.load(name="harness_simnpu", sources=[str(source)],
-                                  build_directory=str(directory), extra_cflags=["-O1"],
-                                  verbose=verbose)
+        # torch's own build lock is a file named "lock" that its builder deletes when done;
+        # a builder killed mid-build leaves it, and every later build waits on it forever.
+        # An OS lock (released when its process dies) serialises our builders instead, so
+        # a "lock" found while holding it was left by a dead one and is removed.
+        with FileLock(str(directory / ".harness-build.flock")):
+            stale = directory / "lock"
+            if stale.exists():
+                stale.unlink()
+            source = _source_in(directory)
+            _ext = cpp_extension.load(name="harness_simnpu", sources=[str(source)],
+                                      build_directory=str(directory), extra_cflags=["-O1"],
+                                      verbose=verbose)
         return _ext
 
 
