@@ -171,9 +171,8 @@ def build(verbose: bool = False):
         missing = compiler_missing()
         if missing:
             raise RuntimeError(missing)
-        from torch.utils import cpp_extension
-
         from filelock import FileLock
+        from torch.utils import cpp_extension
 
         directory = cache_dir()
         directory.mkdir(parents=True, exist_ok=True)
