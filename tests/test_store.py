@@ -357,7 +357,7 @@ def test_an_unwritable_store_keeps_the_json_and_says_how_to_import(tmp_path, fin
     (tmp_path / "res").mkdir()
     (tmp_path / "res" / "20260101T000000Z-cpu.json").write_text("{}")
     session._write_results(state)
-    assert len(list((tmp_path / "res").glob("*.json"))) == 2  # nothing pruned
+    assert len(results.results_files(tmp_path / "res")) == 2  # nothing pruned
     assert state.store_problem.startswith("STORE NOT WRITTEN: store sqlite:///")
     assert "python -m harness store import" in state.store_problem and "--run-id r1" in \
         state.store_problem
