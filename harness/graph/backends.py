@@ -43,12 +43,21 @@ FALLBACK = "aot_eager"
 CHEAP = "aot_eager"
 """The default run's backend (Note [Graph-mode backend])."""
 
-def registered(name: str) -> bool:
-    """Whether Dynamo's backend registry knows ``name`` on this stack."""
+def _lookup(name: str) -> Callable:
+    """Dynamo's registered backend ``name``: ``torch._dynamo.lookup_backend`` where it is
+    exported, else its registry's (torch 2.1 has only the latter)."""
     import torch._dynamo
 
+    lookup = getattr(torch._dynamo, "lookup_backend", None)
+    if lookup is None:
+        from torch._dynamo.backends.registry import lookup_backend as lookup
+    return lookup(name)
+
+
+def registered(name: str) -> bool:
+    """Whether Dynamo's backend registry knows ``name`` on this stack."""
     try:
-        torch._dynamo.lookup_backend(name)
+        _lookup(name)
     except Exception:  # noqa: BLE001 - an unknown name raises InvalidBackend, older ones other
         return False
     return True
@@ -84,9 +93,7 @@ def backend_for(device, requested: Optional[str] = None) -> str:
 def compiler(name: str) -> Callable:
     """The registered backend callable ``name`` (looked up at each compile: a fault that
     models a changed backend replaces this function)."""
-    import torch._dynamo
-
-    return torch._dynamo.lookup_backend(name)
+    return _lookup(name)
 
 
 @dataclasses.dataclass
