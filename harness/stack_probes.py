@@ -69,16 +69,16 @@ def _gloo_reduce_scatter_avg_sums() -> Optional[bool]:
 
 
 def _fsdp2_on_cpu() -> Optional[bool]:
-    """Whether FSDP2 runs on the CPU: its public ``fully_shard`` exists and the CPU stream
-    has the ``record_event`` it waits on (torch 2.7; ``_fsdp_api`` in
-    harness/distributed/parallel.py records ``unsupported`` otherwise)."""
-    import torch
+    """Whether FSDP2 runs on the CPU here: the check's own test of its API and of the CPU
+    stream it waits on (:func:`harness.distributed.parallel.fsdp_api`)."""
+    from harness.device import Unsupported
+    from harness.distributed.parallel import fsdp_api
 
     try:
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard  # noqa: F401
-    except ImportError:
+        fsdp_api("cpu")
+    except Unsupported:
         return False
-    return hasattr(torch.cpu.current_stream(), "record_event")
+    return True
 
 
 PROBES: dict[str, Callable[[], Optional[bool]]] = {

@@ -58,14 +58,15 @@ def _public_api(module: str, names: tuple[str, ...], since: str):
                           f"{type(exc).__name__}: {exc})") from None
 
 
-def _fsdp_api(ctx):
-    """FSDP2's public API, and the device stream API it waits on: ``fully_shard`` records
-    events on the device's current stream, which the CPU's stream gains in torch 2.7
-    (torch 2.6 has ``fully_shard`` but its ``torch.cpu.Stream`` has no ``record_event``:
-    FSDP2 on the CPU fails there with an AttributeError, a missing capability)."""
+def fsdp_api(kind: str):
+    """FSDP2's public API on device type ``kind``, and the device stream API it waits on:
+    ``fully_shard`` records events on the device's current stream, which the CPU's stream
+    gains in torch 2.7 (torch 2.6 has ``fully_shard`` but its ``torch.cpu.Stream`` has no
+    ``record_event``: FSDP2 on the CPU fails there with an AttributeError, a missing
+    capability). :class:`Unsupported` naming what is missing; the known-failure probe
+    ``fsdp2_on_cpu`` asks this same function."""
     found = _public_api("torch.distributed.fsdp", ("fully_shard", "MixedPrecisionPolicy"),
                         FSDP_SINCE)
-    kind = ctx.torch_device.type
     module = getattr(torch, kind, None)
     stream = module.current_stream() if hasattr(module, "current_stream") else None
     if stream is not None and not hasattr(stream, "record_event"):
@@ -131,7 +132,7 @@ FSDP_VARIANTS = {"float32": None, "bf16_mixed": ("bfloat16", "float32")}
 
 def _fully_shard(ctx, model: nn.Module, variant: str = "float32"):
     """``fully_shard`` every Linear, then the root (the usual FSDP2 wrapping)."""
-    fully_shard, policy_cls = _fsdp_api(ctx)
+    fully_shard, policy_cls = fsdp_api(ctx.torch_device.type)
     mesh = _mesh(ctx)
     kwargs = {"mesh": mesh}
     if FSDP_VARIANTS[variant] is not None:
@@ -207,7 +208,7 @@ def fsdp_state_round_trip(ctx, steps_before: int = 2, steps_after: int = 2,
     before loading (it must, or loading proved nothing), and the optimizer-state entries
     each side holds.
     """
-    _fsdp_api(ctx)
+    fsdp_api(ctx.torch_device.type)
     dcp_save, dcp_load = _public_api("torch.distributed.checkpoint", ("save", "load"),
                                      DCP_SINCE)
     get_state_dict, set_state_dict = _public_api(
