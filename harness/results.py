@@ -526,6 +526,13 @@ def is_results_file(path: Union[str, Path]) -> bool:
     return name.endswith(".json") or name.endswith(RESULTS_SUFFIX)
 
 
+def run_name(path: Union[str, Path]) -> str:
+    """A results file's name without ``.json`` / ``.json.gz``: the run a file is."""
+    name = Path(path).name
+    return name[:-len(RESULTS_SUFFIX)] if name.endswith(RESULTS_SUFFIX) else \
+        name.removesuffix(".json")
+
+
 def results_files(folder: Union[str, Path]) -> list[Path]:
     """The results files in ``folder`` (``*.json`` and ``*.json.gz``), sorted by name."""
     folder = Path(folder)

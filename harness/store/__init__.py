@@ -37,7 +37,7 @@ def import_paths(store: Store, paths: Iterable[Union[str, Path]], *,
                  progress=None) -> tuple[int, int, list[str]]:
     """Import results files (and folders of them) through :func:`harness.results.load`:
     ``(stored, already there, problems)``. A file's run id is ``run_id`` or its name."""
-    from harness.results import SchemaError, is_results_file, load
+    from harness.results import SchemaError, is_results_file, load, run_name
 
     files: list[Path] = []
     for path in map(Path, paths):
@@ -51,8 +51,7 @@ def import_paths(store: Store, paths: Iterable[Union[str, Path]], *,
         except SchemaError as exc:
             problems.append(str(exc))
             continue
-        name = path.name.removesuffix(".gz").removesuffix(".json")
-        _, new = store.put(run, run_id=run_id or name, source=str(path), role=role)
+        _, new = store.put(run, run_id=run_id or run_name(path), source=str(path), role=role)
         stored, present = stored + new, present + (not new)
         if progress is not None:
             progress(f"{'stored' if new else 'already stored'}: {path}")
