@@ -29,6 +29,7 @@ import tempfile
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly"]
@@ -40,6 +41,23 @@ def _timed(argv: list[str], env: dict | None = None) -> tuple[float, subprocess.
     return time.perf_counter() - start, proc
 
 
+def _timed_to_verdict(argv: list[str]) -> tuple[Optional[float], float, int, str]:
+    """``(seconds to the VERDICT line, seconds to exit, exit code, stdout)``: the issue's
+    clock stops at the verdict line; what follows it (the rest of the summary, the
+    interpreter freeing the run's objects) is timed apart."""
+    start = time.perf_counter()
+    to_verdict = None
+    lines = []
+    with subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                          text=True) as proc:
+        for line in proc.stdout:
+            if to_verdict is None and line.startswith("VERDICT"):
+                to_verdict = time.perf_counter() - start
+            lines.append(line)
+        rc = proc.wait()
+    return to_verdict, time.perf_counter() - start, rc, "".join(lines)
+
+
 def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # KiB on Linux
 
@@ -49,12 +67,11 @@ def default_run(tmp: Path) -> dict:
     out["startup_s"], _ = _timed([sys.executable, "-c", "import torch, harness.plugin"])
     out["collect_s"], proc = _timed([*PYTEST, "-m", "npu", "--co", "-q"])
     junit = tmp / "junit.xml"
-    out["run_s"], proc = _timed([*PYTEST, "-m", "npu", f"--junitxml={junit}",
-                                 f"--results-dir={tmp / 'results'}"])
-    out["rc"] = proc.returncode
-    out["verdict"] = next((line for line in proc.stdout.splitlines()
+    out["to_verdict_s"], out["run_s"], out["rc"], stdout = _timed_to_verdict(
+        [*PYTEST, "-m", "npu", f"--junitxml={junit}", f"--results-dir={tmp / 'results'}"])
+    out["verdict"] = next((line for line in stdout.splitlines()
                            if line.startswith("VERDICT")), "")
-    out["summary"] = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+    out["summary"] = stdout.strip().splitlines()[-1] if stdout.strip() else ""
     out["peak_rss_mb"] = _peak_rss_mb()
     per: collections.Counter = collections.Counter()
     for case in ET.parse(junit).getroot().iter("testcase"):
@@ -111,7 +128,11 @@ def main() -> int:
     run = figures["default_run"]
     print(f"CPU: {figures['cpu']}\n")
     print("| what | value |\n| --- | --- |")
+    verdict_s = run["to_verdict_s"]
+    print(f"| default run, command to the verdict line | "
+          f"{'no verdict line' if verdict_s is None else f'{verdict_s:.1f} s'} |")
     print(f"| default run, command to exit | {run['run_s']:.1f} s (exit {run['rc']}) |")
+    print(f"| its verdict line | {run['verdict'].strip()} |")
     print(f"| its last line | {run['summary']} |")
     print(f"| interpreter + torch + plugin import | {run['startup_s']:.1f} s |")
     print(f"| collection alone (`--co`) | {run['collect_s']:.1f} s |")
@@ -135,13 +156,11 @@ def main() -> int:
 
 
 def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return f"{line.split(':', 1)[1].strip()}, {os.cpu_count()} cores"
-    except OSError:
-        pass
-    return f"{os.cpu_count()} cores"
+    """The CPU as bench-eval names it (model name, family, model number), and its cores."""
+    sys.path.insert(0, str(ROOT))
+    from harness.bench.evaluate import cpu_name
+
+    return f"{cpu_name()}, {os.cpu_count()} cores"
 
 
 if __name__ == "__main__":
