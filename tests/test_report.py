@@ -404,3 +404,24 @@ def test_report_option_writes_html_and_markdown_at_session_end(pytester):
     md_text = (pytester.path / "out" / "r.report.md").read_text()  # r.md is the alerts'
     assert "| 1 | `demo/metric/float32` | beyond its baseline rule |" in md_text
     result.stdout.fnmatch_lines(["*report: *r.html", "*report: *r.report.md"])
+
+
+def test_html_escapes_what_a_run_wrote_through_the_template(fingerprint, tmp_path):
+    """The page is templates/report.html.j2 with autoescaping: a message, a record id and
+    a stack field holding markup are text on the page; the CSS and our own SVG stay raw."""
+    base, run = _runs(fingerprint)
+    hostile = "<script>alert(1)</script>&"
+    run.records["norm/bn/float32/eval"].message = hostile
+    run.fingerprint["torch"] = "2.4.0<b>"
+    rid = "ops/<img src=x>/float32/fwd/typical"
+    run.records[rid] = Record(rid, status="fail", metrics={"rel_err": 1.0},
+                              rules={"rel_err": ERR}, test="suites/ops/test_catalog.py::x")
+    rep = report.build(run, base, baseline_name="torch-2.3.0")
+    page = render.html_page(rep, [("a plot", '<svg xmlns="http://www.w3.org/2000/svg"></svg>')],
+                            ["a note <i>"])
+    assert "<script>" not in page and "<img src=x>" not in page and "2.4.0<b>" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;&amp;" in page
+    assert "ops/&lt;img src=x&gt;/float32/fwd/typical" in page and "2.4.0&lt;b&gt;" in page
+    assert "a note &lt;i&gt;" in page
+    assert '<svg xmlns="http://www.w3.org/2000/svg"></svg>' in page  # our plot, raw
+    assert '"Segoe UI"' in page  # the CSS, raw inside <style>

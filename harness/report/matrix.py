@@ -115,18 +115,6 @@ def sparkline(nights: list, width: int = 4, height: int = 14) -> str:
             f'role="img" aria-label="last {len(nights)} nights">{bars}</svg>')
 
 
-def _environment():
-    from jinja2 import Environment, PackageLoader, select_autoescape
-    from markupsafe import Markup
-
-    env = Environment(loader=PackageLoader("harness.report", "templates"),
-                      autoescape=select_autoescape(["html", "html.j2"]),
-                      trim_blocks=True, lstrip_blocks=True)
-    env.filters["sparkline"] = lambda nights: Markup(sparkline(nights))  # our own SVG
-    env.filters["uri"] = lambda path: Path(path).resolve().as_uri() if path else ""
-    return env
-
-
 def render(store, url: str, html: Optional[str], md: Optional[str]) -> list[Path]:
     """Write the matrix page (HTML, Markdown); the paths written."""
     from harness.results import atomic_write_text
@@ -135,10 +123,11 @@ def render(store, url: str, html: Optional[str], md: Optional[str]) -> list[Path
     rows, upgrades, families = build(store)
     context = dict(rows=rows, upgrades=upgrades, families=families, store=url,
                    made=utc_now(), colours=COLOURS, window=WINDOW)
-    env = _environment()
+    from harness.report.templating import render as render_template
+
     written = []
     for path, name in ((html, "matrix.html.j2"), (md, "matrix.md.j2")):
         if path:
-            atomic_write_text(path, env.get_template(name).render(**context))
+            atomic_write_text(path, render_template(name, **context))
             written.append(Path(path))
     return written

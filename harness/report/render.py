@@ -234,148 +234,37 @@ def page_head(title: str, css: str = CSS) -> list[str]:
 
 def html_page(report: Report, plots: list[tuple[str, str]], notes: list[str],
               title: Optional[str] = None) -> str:
-    """The report as one self-contained HTML page (inline CSS and SVG, no scripts)."""
-    v = report.verdict
-    out = page_head(title or f"{v.level}: {_compared_line(report)}")
-    # the verdict line already names up to three reasons; list them only when there are more
-    reasons = "".join(f"<p>{escape(r)}</p>" for r in v.reasons) if len(v.reasons) > 3 else ""
-    out.append(f'<section id="verdict" class="verdict {escape(v.level)}"><h1>{escape(v.line)}</h1>'
-               f"<p><b>{escape(_compared_line(report))}</b></p>"
-               + "".join(f"<p><b>{escape(n)}</b></p>" for n in _notes(report))
-               + f"<p>{escape(_summary(report))}</p>{reasons}"
-               + (f"<h2>Lost ({len(v.lost)})</h2><ul>"
-                  + "".join(f"<li>{escape(x)}</li>" for x in v.lost) + "</ul>" if v.lost else "")
-               + "</section>")
-    out.append("<nav>" + "".join(f'<a href="#{k}">{escape(t)}</a>' for k, t in SECTIONS) + "</nav>")
-    out += _html_cause(report)
-    out += _html_groups(report)
-    out += _html_counts(report)
-    out += _html_movers(report)
-    out += _html_stack(report)
-    out += _html_detectable(report)
-    out.append('<section id="plots"><h2>Pictures</h2>')
-    out += [f'<p class="note">{escape(n)}</p>' for n in notes]
-    for plot_title, svg in plots:
-        out.append(f'<div class="plot"><h3>{escape(plot_title)}</h3>{svg}</div>')
-    if not plots and not notes:
-        out.append('<p class="note">no records with data to plot</p>')
-    out.append("</section>")
-    out += _html_presence(report)
-    out.append("</main></body></html>")
-    return "\n".join(out) + "\n"
+    """The report as one self-contained HTML page (inline CSS and SVG, no scripts),
+    rendered by ``templates/report.html.j2`` with autoescaping (harness/report/templating.py)."""
+    from markupsafe import Markup
 
-
-def _html_detectable(report: Report) -> list[str]:
-    """What each benchmark's baseline can detect (Note [Minimum detectable effect])."""
     from harness.regress import DETECTABLE_COLUMNS, detectable_cells
+    from harness.report.templating import render
 
-    if not report.verdict.detectable:
-        return []
-    out = ['<section id="detectable"><h2>Benchmarks: the smallest slow-down each can '
-           "detect</h2><table><tr>" + "".join(f"<th>{escape(c)}</th>" for c in
-                                              DETECTABLE_COLUMNS) + "</tr>"]
-    for row in report.verdict.detectable:
-        cells = detectable_cells(row)
-        out.append(f"<tr><td><code>{escape(cells[0])}</code></td>"
-                   + "".join(f"<td>{escape(c)}</td>" for c in cells[1:]) + "</tr>")
-    out.append("</table></section>")
-    return out
-
-
-def _html_counts(report: Report) -> list[str]:
-    head = "".join(f"<th>{escape(c)}</th>" for c in COUNT_COLUMNS)
-    rows = []
-    for suite, row in report.counts.items():
-        cells = "".join(f'<td class="n">{row.get(c, 0) or ""}</td>' for c in COUNT_COLUMNS)
-        rows.append(f"<tr><td>{escape(suite)}</td>{cells}</tr>")
-    return ['<section id="counts"><h2>Counts per suite</h2>',
-            f"<table><tr><th>suite</th>{head}</tr>{''.join(rows)}</table></section>"]
-
-
-def _html_cause(report: Report) -> list[str]:
-    out = ['<section id="cause" class="cause"><b>Probable common cause</b>']
-    if report.causes:
-        out.append("<ul>" + "".join(f"<li><code>{escape(c.line)}</code></li>"
-                                    for c in report.causes) + "</ul>")
-        out.append('<p class="note">Candidates: aten ops the affected records\' DUT '
-                   "computations dispatched (a backward record's candidates are the "
-                   "derivatives of its forward ops), ranked by share among the affected minus "
-                   "share among the unchanged.</p>")
-    else:
-        out.append(f'<p class="note">{escape(report.cause_note or "nothing to explain")}</p>')
-    if report.dispatch_changes:
-        out.append("<b>Dispatched differently since the baseline</b> (affected records):<ul>"
-                   + "".join(f"<li><code>{escape(c)}</code></li>" for c in report.dispatch_changes)
-                   + "</ul>")
-    out.append("</section>")
-    return out
-
-
-def _html_groups(report: Report) -> list[str]:
-    subjects = report.subjects
-    out = [f'<section id="groups"><h2>Groups to look at, ranked ({len(subjects)})</h2>',
-           '<p class="note">Ranks: ' + " &gt; ".join(escape(r) for r in RANKS[:3])
-           + ". One row per subject; its worst metric is shown, the others fold in.</p>"]
-    if not subjects:
-        out.append("<p>none</p></section>")
-        return out
-    out.append("<table><tr><th>#</th><th>subject</th><th>what</th><th>worst metric "
-               "(old &rarr; new, ratio)</th><th>rule</th><th>standard</th><th>status</th>"
-               "</tr>")
-    for index, s in enumerate(subjects, 1):
-        standard = s.standard
-        where = f"<br><code>{escape(s.worst.record_id)}</code>" if s.worst else ""
-        state = f'<span class="{"" if s.passes else "fails"}">{escape(_state(s))}</span>'
-        message = f"<br><small>{escape(s.message)}</small>" if s.message else ""
-        out.append(f'<tr class="r{s.rank}"><td class="n">{index}</td><td><code>{escape(s.id)}'
-                   f"</code></td><td>{escape(_what(s))}</td><td>{escape(_worst(s))}{where}</td>"
-                   f"<td>{escape(_rule(s))}</td><td>{escape(standard)}</td><td>{state}{message}</td></tr>")
-        if s.reproduce:
-            out.append(f'<tr class="r{s.rank}"><td></td><td colspan="6">reproduce: '
-                       f"<code>{escape(s.reproduce)}</code></td></tr>")
-    out.append("</table></section>")
-    return out
-
-
-def _html_movers(report: Report) -> list[str]:
-    out = ['<section id="movers"><h2>Top movers within their rules</h2>']
-    if not report.movers:
-        out.append(f"<p>{'none' if report.baseline is not None else 'not compared'}</p>")
-    for suite, subjects in report.movers.items():
-        out.append(f"<h3>{escape(suite)}: {len(subjects)} subject(s) moved</h3><table><tr>"
-                   "<th>subject</th><th>metric</th><th>old &rarr; new</th><th>ratio</th>"
-                   "<th>rule</th></tr>")
-        for s in subjects[:MOVERS_PER_SUITE]:
-            c = s.worst
-            out.append(f"<tr><td><code>{escape(s.id)}</code></td><td>{escape(c.metric_label)}</td>"
-                       f"<td>{escape(fmt(c.old))} &rarr; {escape(fmt(c.new))}</td>"
-                       f'<td class="n">{escape(fmt_ratio(c.ratio))}</td>'
-                       f"<td>{escape(c.rule.describe() if c.rule else '')}</td></tr>")
-        out.append("</table>")
-    out.append("</section>")
-    return out
-
-
-def _html_stack(report: Report) -> list[str]:
+    v = report.verdict
     compared = report.baseline is not None
-    out = ['<section id="stack"><h2>Stack</h2><table><tr><th></th><th>baseline</th>'
-           "<th>this run</th></tr>"]
-    for row in report.stack:
-        changed = compared and row.differs
-        out.append(f'<tr class="{"changed" if changed else ""}"><td>{escape(row.key)}'
-                   f"{' (changed)' if changed else ''}</td>"
-                   f"<td>{escape(fmt(row.old)) if compared else '-'}</td><td>{escape(fmt(row.new))}</td>"
-                   "</tr>")
-    out.append("</table></section>")
-    return out
-
-
-def _html_presence(report: Report) -> list[str]:
-    out = ['<section id="presence"><h2>New, lost and not-run records</h2>']
-    for name, ids in (("new", report.new), ("lost (their checks ran)", report.lost),
-                      ("not run (not selected)", report.not_run)):
-        listed = "".join(f"<li><code>{escape(r)}</code></li>" for r in ids[:50])
-        more = f"<li>... {len(ids) - 50} more</li>" if len(ids) > 50 else ""
-        out.append(f"<h3>{len(ids)} {escape(name)}</h3><ul>{listed}{more}</ul>")
-    out.append("</section>")
-    return out
+    groups = [dict(rank=s.rank, id=s.id, what=_what(s), worst=_worst(s),
+                   record=s.worst.record_id if s.worst else "", rule=_rule(s),
+                   standard=s.standard, passes=s.passes, state=_state(s), message=s.message,
+                   reproduce=s.reproduce) for s in report.subjects]
+    movers = [(suite, len(subjects),
+               [dict(id=s.id, metric=s.worst.metric_label, old=fmt(s.worst.old),
+                     new=fmt(s.worst.new), ratio=fmt_ratio(s.worst.ratio),
+                     rule=s.worst.rule.describe() if s.worst.rule else "")
+                for s in subjects[:MOVERS_PER_SUITE]])
+              for suite, subjects in report.movers.items()]
+    stack = [dict(key=row.key, changed=compared and row.differs,
+                  old=fmt(row.old) if compared else "-", new=fmt(row.new))
+             for row in report.stack]
+    return render(
+        "report.html.j2", title=title or f"{v.level}: {_compared_line(report)}",
+        css=Markup(CSS), v=v, compared=_compared_line(report), notes_of_run=_notes(report),
+        summary=_summary(report), sections=SECTIONS, causes=[c.line for c in report.causes],
+        cause_note=report.cause_note, dispatch_changes=report.dispatch_changes,
+        ranks=RANKS[:3], groups=groups, count_columns=COUNT_COLUMNS,
+        counts=list(report.counts.items()), movers=movers, compared_with_baseline=compared,
+        stack=stack, detectable_columns=DETECTABLE_COLUMNS,
+        detectable=[detectable_cells(row) for row in v.detectable or ()],
+        plot_notes=notes, plots=plots,
+        presence=[("new", report.new), ("lost (their checks ran)", report.lost),
+                  ("not run (not selected)", report.not_run)])
