@@ -94,11 +94,13 @@ def _ruptures():
 
 def noise_scale(values: Sequence[float]) -> float:
     """Noise of a series that level shifts do not inflate (MAD of successive differences)."""
-    diffs = [b - a for a, b in zip(values, values[1:])]
-    if not diffs:
+    import numpy as np
+
+    diffs = np.diff(np.asarray(values, dtype=np.float64))
+    if not len(diffs):
         return 0.0
-    centre = statistics.median(diffs)
-    return 1.4826 * statistics.median(abs(d - centre) for d in diffs) / math.sqrt(2)
+    centre = np.median(diffs)
+    return float(1.4826 * np.median(np.abs(diffs - centre)) / math.sqrt(2))
 
 
 def segment(z, *, min_size: int, pen: float) -> list[int]:
@@ -119,12 +121,13 @@ def change_points(values: Sequence[float], *, alpha: float = DEFAULT_ALPHA,
     n = len(values)
     if n < 2 * min_size:
         return []
-    positive = all(v > 0 for v in values)
-    series = [math.log(v) for v in values] if positive else [float(v) for v in values]
-    level = statistics.median(series)
+    raw = np.asarray(values, dtype=np.float64)
+    positive = bool((raw > 0).all())
+    series = np.log(raw) if positive else raw
+    level = float(np.median(series))
     floor = 1e-3 if positive else 1e-3 * max(abs(level), 1e-12)
     scale = max(noise_scale(series), floor)
-    z = (np.asarray(series) - level) / scale
+    z = (series - level) / scale
     if float(np.ptp(z)) == 0.0:
         return []
     cuts = [0, *segment(z, min_size=min_size, pen=PENALTY * math.log(n))]
@@ -343,7 +346,7 @@ def analyse_store(store, chosen: Sequence, *, metrics: bool = True, **kwargs) ->
     mapped: dict[str, np.ndarray] = {}  # layout -> the columns of its ids
     stats = np.zeros((0, 4))  # count, min, max, min |value|
     bench = np.zeros(0, dtype=bool)
-    for _, layout, ids, kinds, vals, _ in store.scan_series(pks):
+    for _, layout, ids, kinds, vals, _ in store.scan_series(pks, controls=False):
         cols = mapped.get(layout)
         if cols is None:
             new = [int(i) for i in ids if int(i) not in column]
@@ -368,20 +371,22 @@ def analyse_store(store, chosen: Sequence, *, metrics: bool = True, **kwargs) ->
     slot[picked] = np.arange(len(picked))
     values = np.full((len(pks), len(picked)), np.nan)
     controls = np.full((len(pks), len(picked)), np.nan)
-    for index, layout, _, _, vals, ctl in store.scan_series(pks):
+    with_controls = bool(bench[picked].any())  # only benchmarks have host controls
+    for index, layout, _, _, vals, ctl in store.scan_series(pks, controls=with_controls):
         keep = slot[mapped[layout]]
         ok = keep >= 0
         values[index, keep[ok]] = vals[ok]
-        controls[index, keep[ok]] = ctl[ok]
+        if ctl is not None:
+            controls[index, keep[ok]] = ctl[ok]
     points_of = [StoredPoint(row.source or f"store run {row.pk}", row.started, row.stack_id)
                  for row in chosen]
     rows = []
     for k in sorted(range(len(picked)), key=lambda k: names[ids_of[int(picked[k])]]):
         present = np.flatnonzero(~np.isnan(values[:, k]))
         ctl = controls[present, k]
-        rows += series_rows(names[ids_of[int(picked[k])]], [int(i) for i in present],
-                            [float(v) for v in values[present, k]],
-                            [None if np.isnan(c) else float(c) for c in ctl], points_of,
+        rows += series_rows(names[ids_of[int(picked[k])]], present.tolist(),
+                            values[present, k].tolist(),
+                            [None if c != c else c for c in ctl.tolist()], points_of,  # NaN
                             **kwargs)
     return rows
 
