@@ -761,3 +761,67 @@ def test_the_c_segmentation_cuts_where_ruptures_pelt_l2_cuts():
         assert got == [int(c) for c in want], (trial, n)
         cut_somewhere += len(got) > 1
     assert cut_somewhere > 40  # the comparison covered series that have changes
+
+
+class _FakeStore:
+    """What analyse_store reads of a store: runs of packed series in their layouts."""
+
+    def __init__(self, runs):
+        import numpy as np
+
+        self.names = {}
+        self.rows = []
+        for run in runs:
+            names = sorted(run.values)
+            ids = np.array([hash(n) & 0x7FFFFFFFFFFF for n in names], dtype="<i8")
+            self.names.update(zip(ids.tolist(), names))
+            kinds = np.array([ord("b" if n.startswith("bench/") else "m") for n in names],
+                             dtype=np.uint8)
+            vals = np.array([run.values[n] for n in names])
+            ctl = np.array([run.controls.get(n, np.nan) for n in names])
+            self.rows.append(("|".join(names), ids, kinds, vals, ctl))
+
+    def scan_series(self, pks, *, controls="all"):
+        for index in pks:
+            layout, ids, kinds, vals, ctl = self.rows[index]
+            with_ctl = controls == "all" or (controls == "benchmarks" and (kinds == 98).any())
+            yield index, layout, ids, kinds, vals, ctl if with_ctl else None
+
+    def names_of(self, ids):
+        return {int(i): self.names[int(i)] for i in ids}
+
+
+def test_history_in_one_pass_equals_history_of_every_value():
+    """analyse_store (one pass: a series' values kept from its first change, rebuilt at the
+    end) finds what analyse finds holding every value, on series that are constant, move,
+    step once, appear late, go missing some nights, and benchmarks with host controls."""
+    rng = random.Random(3)
+    runs = []
+    for night in range(40):
+        values, controls = {}, {}
+        for k in range(30):
+            name = f"ops/op{k}/float32/fwd:err"
+            if k % 5 == 0 and rng.random() < 0.3:
+                continue  # missing this night
+            if k % 7 == 1 and night < 12:
+                continue  # appears late
+            base = 1.0 + k
+            if k % 3 == 0:
+                value = base
+            elif k % 3 == 1:
+                value = base * (1.5 if night >= 20 + k % 10 else 1.0)
+            else:
+                value = base * (1 + rng.gauss(0, 0.04))
+            values[name] = value
+        for k in range(3):
+            control = 1 + rng.gauss(0, 0.05)
+            values[f"bench/b{k}"] = (2.0 + k) * control * (1.3 if k == 1 and night >= 25 else 1)
+            controls[f"bench/b{k}"] = control
+        runs.append(history.Run(f"night-{night}.json", f"2026-01-{night + 1:02d}",
+                                "torch-2.13.0", "cpu/x", values, controls))
+    expected = history.analyse(runs)
+    chosen = [types.SimpleNamespace(pk=i, source=r.path, started=r.started,
+                                    stack_id=r.stack_id) for i, r in enumerate(runs)]
+    got = history.analyse_store(_FakeStore(runs), chosen)
+    assert got == [dict(r, run=r["run"]) for r in expected]
+    assert len({r["series"] for r in got}) >= 5  # steps and the slowed benchmark were found

@@ -286,13 +286,18 @@ def main(results_dir: Union[str, Path], *, stack: Optional[str] = None, as_json:
 # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 # The store keeps each run's series values packed (Note [What the store keeps] in
 # harness/store/schema.py), so history reads numbers, never JSON, one run at a time. A year
-# of a default run is ~160,000 series x 365 runs; most are constant (a deterministic
+# of a default run is ~200,000 series x 365 runs; most are constant (a deterministic
 # kernel's error is the same every night), and a series can only have a change of at least
 # ``min_effect`` when (max - min) >= min_effect x min |value|: the medians either side of a
 # change lie within [min, max] and the one before is at least min |value| away from zero.
-# So a first pass keeps per-series count, min, max and min |value|, and only the series
-# that can change (every benchmark: host adjustment can move them) are read again and
-# segmented: the same rows as reading every file, without holding the year in memory.
+# So one pass over the runs keeps, per series, its first value, and starts keeping a
+# series' values from the first run where it differs from that value (every benchmark from
+# its first run: host adjustment can move it). A series that never differed is constant
+# and cannot change; one that did is rebuilt whole at the end (before it first differed,
+# it had its first value in every run whose layout holds it). Only the kept series are
+# tested against the bound and segmented: the same rows as reading every file (a test
+# proves it), reading and decompressing each run once, and never holding the year in
+# memory. Host controls are decompressed only for runs whose layout has a benchmark.
 
 
 @dataclasses.dataclass
@@ -337,54 +342,78 @@ def store_runs(store, *, stack: Optional[str] = None, device: Optional[str] = No
 
 
 def analyse_store(store, chosen: Sequence, *, metrics: bool = True, **kwargs) -> list[dict]:
-    """:func:`analyse` over stored runs (Note [History from the store])."""
+    """:func:`analyse` over stored runs, in one pass (Note [History from the store])."""
     import numpy as np
 
     min_effect = kwargs.get("min_effect", DEFAULT_MIN_EFFECT)
     pks = [row.pk for row in chosen]
-    column: dict[int, int] = {}
+    column: dict[int, int] = {}  # series name id -> column
     mapped: dict[str, np.ndarray] = {}  # layout -> the columns of its ids
-    stats = np.zeros((0, 4))  # count, min, max, min |value|
+    layout_of: list[Optional[str]] = [None] * len(pks)
+    first = np.zeros(0)  # each column's first value (NaN: not seen yet)
+    since = np.zeros(0, dtype=np.int64)  # the run its values are kept from (-1: constant)
     bench = np.zeros(0, dtype=bool)
-    for _, layout, ids, kinds, vals, _ in store.scan_series(pks, controls=False):
+    kept: list[tuple[int, np.ndarray, np.ndarray, Optional[np.ndarray]]] = []
+    for index, layout, ids, kinds, vals, ctl in store.scan_series(pks, controls="benchmarks"):
+        layout_of[index] = layout
         cols = mapped.get(layout)
         if cols is None:
             new = [int(i) for i in ids if int(i) not in column]
             for ident in new:
                 column[ident] = len(column)
-            stats = np.vstack([stats, np.tile([0.0, np.inf, -np.inf, np.inf], (len(new), 1))])
+            first = np.concatenate([first, np.full(len(new), np.nan)])
+            since = np.concatenate([since, np.full(len(new), -1, dtype=np.int64)])
             bench = np.concatenate([bench, np.zeros(len(new), dtype=bool)])
             cols = mapped[layout] = np.fromiter((column[int(i)] for i in ids), np.int64,
                                                 len(ids))
             bench[cols] |= kinds == ord("b")
-        stats[cols, 0] += 1  # a layout's ids are unique: plain fancy indexing is exact
-        stats[cols, 1] = np.minimum(stats[cols, 1], vals)
-        stats[cols, 2] = np.maximum(stats[cols, 2], vals)
-        stats[cols, 3] = np.minimum(stats[cols, 3], np.abs(vals))
-    count, low, high, small = stats.T if len(stats) else (np.zeros(0),) * 4
+        seen = first[cols]
+        unseen = np.isnan(seen)
+        if unseen.any():
+            first[cols[unseen]] = vals[unseen]
+            seen = first[cols]
+        start = (vals != seen) | (bench[cols] & unseen)
+        start &= since[cols] < 0
+        if start.any():
+            since[cols[start]] = index
+        keep = since[cols] >= 0
+        kept.append((index, cols[keep], vals[keep], None if ctl is None else ctl[keep]))
+    tracked = np.flatnonzero(since >= 0)
+    slot = np.full(len(column), -1, dtype=np.int64)
+    slot[tracked] = np.arange(len(tracked))
+    values = np.full((len(pks), len(tracked)), np.nan)
+    controls = np.full((len(pks), len(tracked)), np.nan)
+    held: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    for index, layout in enumerate(layout_of):  # before a series moved: its first value
+        if layout is None:
+            continue
+        if layout not in held:  # the kept series this layout holds, from when, valued
+            here = slot[mapped[layout]]
+            here = here[here >= 0]
+            held[layout] = (here, since[tracked[here]], first[tracked[here]])
+        here, kept_since, value = held[layout]
+        early = kept_since > index
+        values[index, here[early]] = value[early]
+    for index, cols, vals, ctl in kept:
+        values[index, slot[cols]] = vals
+        if ctl is not None:
+            controls[index, slot[cols]] = ctl
+    count = (~np.isnan(values)).sum(axis=0)
+    with np.errstate(invalid="ignore"):
+        low, high = np.nanmin(values, axis=0), np.nanmax(values, axis=0)
+        small = np.nanmin(np.abs(values), axis=0)
     enough = count >= 2 * MIN_SIZE
     can_change = (high > low) & (high - low >= min_effect * small)
-    picked = np.flatnonzero(enough & (bench | (can_change if metrics else False)))
+    chosen_cols = np.flatnonzero(enough & (bench[tracked] | (can_change if metrics else False)))
     ids_of = {j: i for i, j in column.items()}
-    names = store.names_of(ids_of[int(j)] for j in picked)
-    slot = np.full(len(column), -1, dtype=np.int64)
-    slot[picked] = np.arange(len(picked))
-    values = np.full((len(pks), len(picked)), np.nan)
-    controls = np.full((len(pks), len(picked)), np.nan)
-    with_controls = bool(bench[picked].any())  # only benchmarks have host controls
-    for index, layout, _, _, vals, ctl in store.scan_series(pks, controls=with_controls):
-        keep = slot[mapped[layout]]
-        ok = keep >= 0
-        values[index, keep[ok]] = vals[ok]
-        if ctl is not None:
-            controls[index, keep[ok]] = ctl[ok]
+    names = store.names_of(ids_of[int(tracked[k])] for k in chosen_cols)
     points_of = [StoredPoint(row.source or f"store run {row.pk}", row.started, row.stack_id)
                  for row in chosen]
     rows = []
-    for k in sorted(range(len(picked)), key=lambda k: names[ids_of[int(picked[k])]]):
+    for k in sorted(chosen_cols.tolist(), key=lambda k: names[ids_of[int(tracked[k])]]):
         present = np.flatnonzero(~np.isnan(values[:, k]))
         ctl = controls[present, k]
-        rows += series_rows(names[ids_of[int(picked[k])]], present.tolist(),
+        rows += series_rows(names[ids_of[int(tracked[k])]], present.tolist(),
                             values[present, k].tolist(),
                             [None if c != c else c for c in ctl.tolist()], points_of,  # NaN
                             **kwargs)

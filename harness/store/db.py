@@ -339,12 +339,13 @@ class Store:
                 select(r.c.run_pk, r.c.status).where(
                     r.c.record == schema.name_id("r", record)).order_by(r.c.run_pk)).all()]
 
-    def scan_series(self, pks: Sequence[int], *, controls: bool = True):
+    def scan_series(self, pks: Sequence[int], *, controls: str = "all"):
         """History's values, one stored run at a time (so a year of nightlies is never in
         memory at once): ``(index in pks, layout, ids, kinds, values, controls)`` per run
         that has series: ``layout`` names the set of ``ids`` (the series name ids, int64),
         ``kinds`` their kinds (``b``/``m``, a uint8 array), ``controls`` NaN where there is
-        no host control (None with ``controls=False``: neither read nor decompressed)."""
+        no host control. ``controls="benchmarks"``: None for a run whose layout has no
+        benchmark (``"none"``: for every run), and not decompressed."""
         import numpy as np
         from sqlalchemy import select
 
@@ -354,21 +355,23 @@ class Store:
         with self._reading("cannot read series") as conn:
             for start in range(0, len(pks), 32):
                 chunk = list(pks[start:start + 32])
-                columns = [sv.c.run_pk, sv.c.layout, sv.c.vals] + ([sv.c.controls] if controls
-                                                                   else [])
+                columns = [sv.c.run_pk, sv.c.layout, sv.c.vals] + (
+                    [sv.c.controls] if controls != "none" else [])
                 rows = conn.execute(select(*columns).where(sv.c.run_pk.in_(chunk))).all()
                 for row in sorted(rows, key=lambda r: row_of[r.run_pk]):
                     if row.layout not in layouts:
                         found = conn.execute(select(lay.c.ids, lay.c.kinds).where(
                             lay.c.digest == row.layout)).one()
+                        kinds = np.frombuffer(zlib.decompress(found.kinds), dtype=np.uint8)
                         layouts[row.layout] = (
-                            np.frombuffer(zlib.decompress(found.ids), dtype="<i8"),
-                            np.frombuffer(zlib.decompress(found.kinds), dtype=np.uint8))
-                    ids, kinds = layouts[row.layout]
+                            np.frombuffer(zlib.decompress(found.ids), dtype="<i8"), kinds,
+                            bool((kinds == ord("b")).any()))
+                    ids, kinds, has_bench = layouts[row.layout]
+                    wanted = controls == "all" or (controls == "benchmarks" and has_bench)
                     yield (row_of[row.run_pk], row.layout, ids, kinds,
                            np.frombuffer(zlib.decompress(row.vals), dtype="<f8"),
                            np.frombuffer(zlib.decompress(row.controls), dtype="<f8")
-                           if controls else None)
+                           if wanted else None)
 
     def names_of(self, ids: Iterable[int]) -> dict[int, str]:
         """Name ids -> their names."""
