@@ -20,6 +20,7 @@ import contextlib
 import copy
 import hashlib
 import time
+from typing import Optional
 
 import numpy as np
 import torch
@@ -215,11 +216,15 @@ def ddp_train(ctx, variant: str = "plain", dtype: str = "float32", steps: int = 
             "unused_grad_max": unused_grad, **extra}
 
 
-def ddp_amp(ctx, steps: int = 5, local_batch: int = 8, lr: float = 0.05):
+def ddp_amp(ctx, steps: int = 5, local_batch: int = 8, lr: float = 0.05,
+            inf_step: Optional[int] = None, inf_rank: int = 0):
     """DDP under autocast with a GradScaler vs fp64 full-batch training.
 
     Autocast runs in bfloat16 on the CPU (its autocast dtype) and float16 elsewhere.
-    Gradients are compared after ``scaler.unscale_``.
+    Gradients are compared after ``scaler.unscale_``. With ``inf_step``, rank ``inf_rank``
+    alone scales its loss by +inf at that step (Note [found_inf across ranks]): every rank
+    must skip that step, back off the scale alike and keep identical parameters; the
+    reference skips it too, and that step's gradient error is not measured (``None``).
     """
     ws, rank = ctx.world_size, ctx.rank
     amp_dtype = dtypes.name(ctx.device.amp_dtype)  # the device kind's preferred one
@@ -231,7 +236,7 @@ def ddp_amp(ctx, steps: int = 5, local_batch: int = 8, lr: float = 0.05):
         net = _ddp(ctx, model.to(ctx.torch_device))
         opt = torch.optim.SGD(net.parameters(), lr=lr)
         scaler = ctx.device.grad_scaler(init_scale=2.0**10)
-    grad_err, param_err, hashes, scales, skipped = [], [], [], [], 0
+    grad_err, param_err, hashes, scales, skipped, skipped_at = [], [], [], [], 0, []
     for step in range(steps):
         x, y = _batch(ctx.seed, step, local_batch * ws)
         ref_opt.zero_grad()
@@ -244,6 +249,9 @@ def ddp_amp(ctx, steps: int = 5, local_batch: int = 8, lr: float = 0.05):
                 out = net(x[shard].to(ctx.torch_device, torch.float32))
             loss = nn.functional.mse_loss(out.float(), y[shard].to(ctx.torch_device,
                                                                    torch.float32))
+            poisoned = step == inf_step
+            if poisoned and rank == inf_rank:
+                loss = loss * float("inf")
             scaler.scale(loss).backward()
             scaler.unscale_(opt)
             grads = _grads(net.module)
@@ -255,12 +263,26 @@ def ddp_amp(ctx, steps: int = 5, local_batch: int = 8, lr: float = 0.05):
             ref_opt.step()
         else:
             skipped += 1
-        grad_err.append(_max_err(zip(grads, ref_grads)))
+            skipped_at.append(step)
+        grad_err.append(None if poisoned else _max_err(zip(grads, ref_grads)))
         param_err.append(_max_err(zip(net.module.parameters(), reference.parameters())))
         hashes.append(_param_hash(net.module))
         scales.append(float(scaler.get_scale()))
     return {"amp_dtype": amp_dtype, "grad_err": grad_err, "param_err": param_err,
-            "param_hash": hashes, "scale": scales, "skipped_steps": skipped}
+            "param_hash": hashes, "scale": scales, "skipped_steps": skipped,
+            "skipped_at": skipped_at}
+
+
+# Note [found_inf across ranks]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# Under DDP a GradScaler's skip decision is per rank: each rank's ``unscale_`` looks for
+# inf/NaN in its own (already all-reduced) gradients. It agrees across ranks only because
+# the all-reduce carries a non-finite value from the one rank that overflowed to every
+# rank (inf + x = inf, inf / ws = inf). A collective that saturates instead (Ascend's
+# saturation mode turns an overflow into the dtype's largest finite value, where
+# INF_NAN mode keeps inf and NaN) leaves every rank finite: no rank skips, and the step is
+# taken with a gradient near the dtype's maximum. So one rank alone overflows at one step,
+# and the check wants the step skipped and the scale halved on every rank, in step.
 
 
 def ddp_buffers(ctx, steps: int = 4, local_batch: int = 8, lr: float = 0.1):

@@ -183,6 +183,50 @@ def judge_amp(values: dict[int, dict]) -> tuple[str, DistVerdict]:
     return amp_dtype, DistVerdict.of(problems, metrics, rules, info={"scale": sorted(scales)})
 
 
+def judge_amp_found_inf(values: dict[int, dict], inf_step: int) -> tuple[str, DistVerdict]:
+    """One rank's loss overflowed at ``inf_step`` (Note [found_inf across ranks] in
+    harness/distributed/checks.py): every rank must skip exactly that step, halve its
+    scale there, and keep parameters identical to the other ranks and to the reference
+    (which skipped it too); the other steps' gradients are judged as :func:`judge_amp`."""
+    amp_dtype = next(iter(values.values()))["amp_dtype"]
+    tol = DDP_TOLERANCE[amp_dtype]
+    measured = {rank: dict(v, grad_err=[0.0 if e is None else e for e in v["grad_err"]])
+                for rank, v in values.items()}  # the overflowed step has no gradient error
+    grad, grad_rank, grad_step = _worst(measured, "grad_err")
+    param, _, _ = _worst(values, "param_err")
+    disagree = _disagreeing_steps(values)
+    scales = {tuple(v["scale"]) for v in values.values()}
+    wrong_skip = {rank: list(v.get("skipped_at", [])) for rank, v in sorted(values.items())
+                  if list(v.get("skipped_at", [])) != [inf_step]}
+    no_backoff = sorted(rank for rank, v in values.items()
+                        if not v["scale"][inf_step] * 2 == v["scale"][inf_step - 1])
+    problems = []
+    if wrong_skip:
+        problems.append(f"one rank's gradients overflowed at step {inf_step}; every rank must "
+                        "skip exactly that step: " + ", ".join(
+                            f"rank {rank} skipped {at if at else 'no step'}"
+                            for rank, at in wrong_skip.items()))
+    if no_backoff:
+        problems.append(f"ranks {no_backoff} did not halve their GradScaler scale at step "
+                        f"{inf_step}")
+    if len(scales) > 1:
+        problems.append(f"ranks' GradScaler scales differ: {sorted(scales)}")
+    if disagree:
+        problems.append(f"ranks hold different parameters after steps {disagree}")
+    if grad > tol:
+        problems.append(f"unscaled gradients differ from fp64 full-batch gradients: max "
+                        f"normalised error {grad:.3g} > {tol:g} ({amp_dtype} autocast), "
+                        f"rank {grad_rank}, step {grad_step}")
+    if param > tol:
+        problems.append(f"parameters differ from the reference: {param:.3g} > {tol:g}")
+    metrics = {"grad_err": grad, "param_err": param, "ranks_disagree_steps": len(disagree),
+               "ranks_not_skipping": len(wrong_skip), "ranks_not_backing_off": len(no_backoff)}
+    rules = {"grad_err": lower(rel=4.0, abs=tol / 10), "param_err": lower(rel=4.0, abs=tol / 10),
+             "ranks_disagree_steps": equal(0), "ranks_not_skipping": equal(0),
+             "ranks_not_backing_off": equal(0)}
+    return amp_dtype, DistVerdict.of(problems, metrics, rules, info={"scale": sorted(scales)})
+
+
 def _max_abs_diff(a: list, b: list) -> float:
     worst = 0.0
     for x, y in zip(a, b):

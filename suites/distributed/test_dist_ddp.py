@@ -19,6 +19,7 @@ from harness.distributed import DistCase, SubCheck, checks
 from harness.distributed.checks import WORLD_SIZES
 from harness.distributed.judge import (
     judge_amp,
+    judge_amp_found_inf,
     judge_buffers,
     judge_ddp,
     judge_sync_batchnorm,
@@ -63,6 +64,25 @@ def test_ddp_amp_grad_scaler(case, dist, results):
         return
     amp_dtype, verdict = judge_amp(outcome.values)
     record_id = ids.record("distributed", "ddp", amp_dtype, "amp_grad_scaler", f"ws{case.world_size}")
+    record_verdict(results, record_id, verdict)
+
+
+INF_STEP = 2
+
+
+@pytest.mark.parametrize("case", [_case(ws, "ddp/amp_found_inf", checks.ddp_amp, steps=STEPS,
+                                        inf_step=INF_STEP, inf_rank=ws - 1)
+                                  for ws in WORLD_SIZES], ids=lambda c: c.id)
+def test_ddp_amp_skips_an_overflow_on_every_rank(case, dist, results):
+    """The last rank alone overflows at one step: found_inf must reach every rank
+    (Note [found_inf across ranks] in harness/distributed/checks.py)."""
+    outcome = dist(case)
+    if record_problem(results, ids.record("distributed", "ddp", "amp", "found_inf_sync",
+                                          f"ws{case.world_size}"), outcome):
+        return
+    amp_dtype, verdict = judge_amp_found_inf(outcome.values, INF_STEP)
+    record_id = ids.record("distributed", "ddp", amp_dtype, "amp_found_inf_sync",
+                           f"ws{case.world_size}")
     record_verdict(results, record_id, verdict)
 
 

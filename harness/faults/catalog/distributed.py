@@ -15,6 +15,8 @@ from harness.faults import Fault, patch_attr
 SUITE = "suites/distributed"
 DDP_PLAIN = f"{SUITE}/test_dist_ddp.py::test_ddp_matches_single_process[ws2-ddp/float32/plain]"
 DDP_BUFFERS = f"{SUITE}/test_dist_ddp.py::test_ddp_broadcast_buffers[ws2-ddp/buffers]"
+DDP_FOUND_INF = (f"{SUITE}/test_dist_ddp.py::"
+                 "test_ddp_amp_skips_an_overflow_on_every_rank[ws2-ddp/amp_found_inf]")
 SAMPLER = (f"{SUITE}/test_dist_sampler.py::"
            "test_distributed_sampler_shards[ws2-sampler/drop_last=False]")
 SKEW_WITHIN = (f"{SUITE}/test_dist_skew.py::"
@@ -100,6 +102,25 @@ GRAD_NOT_REDUCED = Fault(
     "keeps its local gradient",
     (DDP_PLAIN,), _ddp_with_hook(lambda ddp: next(ddp.module.parameters()),
                                  _one_param_local_hook))
+
+def _saturating_hook(_state, bucket):
+    """DDP's averaging allreduce over a buffer whose inf/NaN were saturated first, as
+    Ascend's saturation mode does (+-inf -> the dtype's largest finite value, NaN -> 0)."""
+    import torch
+    import torch.distributed as dist
+
+    buffer = bucket.buffer()
+    torch.nan_to_num_(buffer)
+    buffer.div_(dist.get_world_size())
+    work = dist.all_reduce(buffer, async_op=True)
+    return work.get_future().then(lambda fut: fut.value()[0])
+
+
+FOUND_INF_SATURATED = Fault(
+    "distributed.found_inf_saturated", "distributed",
+    "DDP's gradient all-reduce saturates inf/NaN to finite values (Ascend's saturation "
+    "mode): one rank's overflow never reaches the GradScalers, so no rank skips the step",
+    (DDP_FOUND_INF,), _ddp_with_hook(lambda ddp: None, _saturating_hook))
 
 BUFFERS_NOT_BROADCAST = patch_attr(
     "distributed.buffers_not_broadcast", family="distributed",
@@ -442,7 +463,8 @@ TP_PARTIAL_NOT_REDUCED = patch_attr(
     replace=_partial_not_reduced, checks=(TP_MLP,),
 )
 
-FAULTS = [COMM_HOOK_SUMS, GRAD_NOT_REDUCED, BUFFERS_NOT_BROADCAST, SAMPLER_EPOCH_IGNORED,
+FAULTS = [COMM_HOOK_SUMS, FOUND_INF_SATURATED, GRAD_NOT_REDUCED, BUFFERS_NOT_BROADCAST,
+          SAMPLER_EPOCH_IGNORED,
           RANK_HANGS, RANK_STRAGGLES, DDP_INIT_NOT_BROADCAST, STATIC_GRAPH_SKIPS_BUCKET,
           ALL_TO_ALL_SWAPS_CHUNKS, ALL_TO_ALL_UNEVEN_TRUNCATED, ALL_TO_ALL_DROPS_LAST,
           ALL_GATHER_INTO_TENSOR_REVERSED, REDUCE_SCATTER_AVG_NOT_DIVIDED,
