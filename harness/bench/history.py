@@ -13,9 +13,10 @@ penalty ``PENALTY x log(n)``. The search is ruptures' ``KernelCPD(kernel="linear
 the linear kernel's cost is the ``l2`` cost, and its PELT is ruptures' C implementation
 (``ekcpd_pelt_L2``), where ``Pelt(model="l2")`` evaluates each candidate segment in
 Python (O(n^2) calls a series: 0.3 s at 365 nights); the cuts are the same
-(tests/test_bench.py compares the two on random series with and without steps). Each candidate is then kept only when the two segments it
-separates differ significantly (Mann-Whitney U, two-sided, p < ``alpha``) and by at least
-``min_effect`` (relative, default 5%), so a noisy but flat series reports nothing; while
+(tests/test_bench.py compares the two on random series with and without steps). Each
+candidate is then kept only when the two segments it separates differ significantly
+(Mann-Whitney U, two-sided, p < ``alpha``) and by at least ``min_effect`` (relative,
+default 5%), so a noisy but flat series reports nothing; while
 one fails, the weakest failing cut is dropped (its two segments merged) and the rest are
 tested again, so a spurious extra cut next to a real change (segments of 2 and 3 runs,
 too few for the test) does not take the real one with it. A

@@ -188,6 +188,8 @@ def judge_amp_found_inf(values: dict[int, dict], inf_step: int) -> tuple[str, Di
     harness/distributed/checks.py): every rank must skip exactly that step, halve its
     scale there, and keep parameters identical to the other ranks and to the reference
     (which skipped it too); the other steps' gradients are judged as :func:`judge_amp`."""
+    if inf_step < 1:
+        raise ValueError(f"inf_step={inf_step}: the scale before the overflow is needed")
     amp_dtype = next(iter(values.values()))["amp_dtype"]
     tol = DDP_TOLERANCE[amp_dtype]
     measured = {rank: dict(v, grad_err=[0.0 if e is None else e for e in v["grad_err"]])

@@ -349,6 +349,8 @@ class Store:
         import numpy as np
         from sqlalchemy import select
 
+        if controls not in ("all", "benchmarks", "none"):
+            raise ValueError(f"controls={controls!r}; expected 'all', 'benchmarks' or 'none'")
         sv, lay = schema.series_values, schema.layouts
         layouts: dict[str, tuple] = {}
         row_of = {pk: i for i, pk in enumerate(pks)}
