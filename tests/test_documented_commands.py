@@ -133,12 +133,7 @@ def test_every_other_program_is_run_somewhere_named():
 @pytest.mark.parametrize("where,argv", [c for c in COMMANDS if _kind(c[1]) == "harness"],
                          ids=lambda v: shlex.join(v) if isinstance(v, list) else None)
 def test_harness_command_parses(where, argv, capsys):
-    try:
-        cli.build_parser().parse_args(argv[3:])
-    except SystemExit as exc:
-        if exc.code:
-            pytest.fail(f"{where}: `{shlex.join(argv)}` does not parse:\n"
-                        f"{capsys.readouterr().err}")
+    _assert_parses(cli.build_parser(), argv[3:], where, argv, capsys)
 
 
 def test_localize_commands_parse(capsys):
@@ -147,12 +142,16 @@ def test_localize_commands_parse(capsys):
     lines = [(w, a) for w, a in COMMANDS if _kind(a) == "localize"]
     assert lines
     for where, argv in lines:
-        try:
-            localize.build_parser().parse_args(argv[4:])
-        except SystemExit as exc:
-            if exc.code:
-                pytest.fail(f"{where}: `{shlex.join(argv)}` does not parse:\n"
-                            f"{capsys.readouterr().err}")
+        _assert_parses(localize.build_parser(), argv[4:], where, argv, capsys)
+
+
+def _assert_parses(parser, args: list[str], where: str, argv: list[str], capsys) -> None:
+    try:
+        parser.parse_args(args)
+    except SystemExit as exc:
+        if exc.code:
+            pytest.fail(f"{where}: `{shlex.join(argv)}` does not parse:\n"
+                        f"{capsys.readouterr().err}")
 
 
 PARSE_PYTEST = r"""
@@ -170,16 +169,20 @@ print(json.dumps(bad))
 """
 
 
+def _unparsable(arg_lists: list[list[str]]) -> list[list]:
+    """``[args, why]`` for each pytest argument list pytest's parser refuses (one child)."""
+    proc = subprocess.run([sys.executable, "-c", PARSE_PYTEST, json.dumps(arg_lists)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def test_every_pytest_command_parses_with_the_runs_plugins():
     """pytest's parser with every plugin loaded (the harness's, pytest-benchmark's,
     pytest-split's, xdist's), as the documented line would start; nothing is collected."""
     lines = [(where, _pytest_args(argv)) for where, argv in COMMANDS if _kind(argv) == "pytest"]
     assert len(lines) > 30
-    proc = subprocess.run([sys.executable, "-c", PARSE_PYTEST,
-                           json.dumps([args for _, args in lines])],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    bad = json.loads(proc.stdout.strip().splitlines()[-1])
+    bad = _unparsable([args for _, args in lines])
     where_of = {json.dumps(args): where for where, args in lines}
     assert not bad, "documented pytest commands that do not parse:\n" + "\n".join(
         f"{where_of[json.dumps(args)]}: pytest {shlex.join(args)}\n  {why}" for args, why in bad)
@@ -189,8 +192,5 @@ def test_a_removed_option_is_caught():
     """The check can fail: the nightly's old ``history --dir`` and an unknown pytest option."""
     with pytest.raises(SystemExit):
         cli.build_parser().parse_args(["history", "--dir", "x"])
-    proc = subprocess.run([sys.executable, "-c", PARSE_PYTEST,
-                           json.dumps([["-m", "npu", "--no-such-option"]])],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
-    bad = json.loads(proc.stdout.strip().splitlines()[-1])
+    bad = _unparsable([["-m", "npu", "--no-such-option"]])
     assert bad and "--no-such-option" in bad[0][1]

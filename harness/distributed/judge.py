@@ -153,15 +153,16 @@ def judge_ddp(values: dict[int, dict], *, dtype: str, variant: str, steps: int,
         "grad_err_per_step": {r: v.get("grad_err") for r, v in values.items()}})
 
 
-def judge_amp(values: dict[int, dict]) -> tuple[str, DistVerdict]:
-    """DDP + autocast + GradScaler vs fp64 full batch; the ranks' scales must agree."""
+def _amp_common(values: dict[int, dict], grad_values: dict[int, dict]):
+    """What every DDP + GradScaler judgement asks: gradients (of ``grad_values``) and
+    parameters within the autocast tolerance of fp64, the ranks' parameters and scales in
+    agreement. ``(amp_dtype, tol, problems, metrics, rules, scales)``."""
     amp_dtype = next(iter(values.values()))["amp_dtype"]
     tol = DDP_TOLERANCE[amp_dtype]
-    grad, grad_rank, grad_step = _worst(values, "grad_err")
+    grad, grad_rank, grad_step = _worst(grad_values, "grad_err")
     param, _, _ = _worst(values, "param_err")
     disagree = _disagreeing_steps(values)
     scales = {tuple(v["scale"]) for v in values.values()}
-    skipped = max(int(v["skipped_steps"]) for v in values.values())
     problems = []
     if grad > tol:
         problems.append(f"unscaled gradients differ from fp64 full-batch gradients: max "
@@ -173,13 +174,20 @@ def judge_amp(values: dict[int, dict]) -> tuple[str, DistVerdict]:
         problems.append(f"ranks hold different parameters after steps {disagree}")
     if len(scales) > 1:
         problems.append(f"ranks' GradScaler scales differ: {sorted(scales)}")
+    metrics = {"grad_err": grad, "param_err": param, "ranks_disagree_steps": len(disagree)}
+    rules = {"grad_err": lower(rel=4.0, abs=tol / 10), "param_err": lower(rel=4.0, abs=tol / 10),
+             "ranks_disagree_steps": equal(0)}
+    return amp_dtype, tol, problems, metrics, rules, scales
+
+
+def judge_amp(values: dict[int, dict]) -> tuple[str, DistVerdict]:
+    """DDP + autocast + GradScaler vs fp64 full batch; the ranks' scales must agree."""
+    amp_dtype, _, problems, metrics, rules, scales = _amp_common(values, values)
+    skipped = max(int(v["skipped_steps"]) for v in values.values())
     if skipped:
         problems.append(f"{skipped} steps skipped for inf/NaN gradients (none expected: "
                         "the loss is small and the initial scale 2^10)")
-    metrics = {"grad_err": grad, "param_err": param, "ranks_disagree_steps": len(disagree),
-               "skipped_steps": skipped}
-    rules = {"grad_err": lower(rel=4.0, abs=tol / 10), "param_err": lower(rel=4.0, abs=tol / 10),
-             "ranks_disagree_steps": equal(0), "skipped_steps": equal(0)}
+    metrics["skipped_steps"], rules["skipped_steps"] = skipped, equal(0)
     return amp_dtype, DistVerdict.of(problems, metrics, rules, info={"scale": sorted(scales)})
 
 
@@ -187,17 +195,12 @@ def judge_amp_found_inf(values: dict[int, dict], inf_step: int) -> tuple[str, Di
     """One rank's loss overflowed at ``inf_step`` (Note [found_inf across ranks] in
     harness/distributed/checks.py): every rank must skip exactly that step, halve its
     scale there, and keep parameters identical to the other ranks and to the reference
-    (which skipped it too); the other steps' gradients are judged as :func:`judge_amp`."""
+    (which skipped it too); the other steps are judged as :func:`judge_amp` judges them."""
     if inf_step < 1:
         raise ValueError(f"inf_step={inf_step}: the scale before the overflow is needed")
-    amp_dtype = next(iter(values.values()))["amp_dtype"]
-    tol = DDP_TOLERANCE[amp_dtype]
     measured = {rank: dict(v, grad_err=[0.0 if e is None else e for e in v["grad_err"]])
                 for rank, v in values.items()}  # the overflowed step has no gradient error
-    grad, grad_rank, grad_step = _worst(measured, "grad_err")
-    param, _, _ = _worst(values, "param_err")
-    disagree = _disagreeing_steps(values)
-    scales = {tuple(v["scale"]) for v in values.values()}
+    amp_dtype, _, common, metrics, rules, scales = _amp_common(values, measured)
     wrong_skip = {rank: list(v.get("skipped_at", [])) for rank, v in sorted(values.items())
                   if list(v.get("skipped_at", [])) != [inf_step]}
     no_backoff = sorted(rank for rank, v in values.items()
@@ -211,22 +214,10 @@ def judge_amp_found_inf(values: dict[int, dict], inf_step: int) -> tuple[str, Di
     if no_backoff:
         problems.append(f"ranks {no_backoff} did not halve their GradScaler scale at step "
                         f"{inf_step}")
-    if len(scales) > 1:
-        problems.append(f"ranks' GradScaler scales differ: {sorted(scales)}")
-    if disagree:
-        problems.append(f"ranks hold different parameters after steps {disagree}")
-    if grad > tol:
-        problems.append(f"unscaled gradients differ from fp64 full-batch gradients: max "
-                        f"normalised error {grad:.3g} > {tol:g} ({amp_dtype} autocast), "
-                        f"rank {grad_rank}, step {grad_step}")
-    if param > tol:
-        problems.append(f"parameters differ from the reference: {param:.3g} > {tol:g}")
-    metrics = {"grad_err": grad, "param_err": param, "ranks_disagree_steps": len(disagree),
-               "ranks_not_skipping": len(wrong_skip), "ranks_not_backing_off": len(no_backoff)}
-    rules = {"grad_err": lower(rel=4.0, abs=tol / 10), "param_err": lower(rel=4.0, abs=tol / 10),
-             "ranks_disagree_steps": equal(0), "ranks_not_skipping": equal(0),
-             "ranks_not_backing_off": equal(0)}
-    return amp_dtype, DistVerdict.of(problems, metrics, rules, info={"scale": sorted(scales)})
+    metrics.update(ranks_not_skipping=len(wrong_skip), ranks_not_backing_off=len(no_backoff))
+    rules.update(ranks_not_skipping=equal(0), ranks_not_backing_off=equal(0))
+    return amp_dtype, DistVerdict.of(problems + common, metrics, rules,
+                                     info={"scale": sorted(scales)})
 
 
 def _max_abs_diff(a: list, b: list) -> float:

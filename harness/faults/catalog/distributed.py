@@ -35,6 +35,15 @@ def _collective_check(op: str) -> str:
 
 # ----------------------------------------------------------- DDP communication hooks
 
+def _averaging_all_reduce(buffer):
+    """DDP's own averaging allreduce of one bucket's ``buffer``, as a hook returns it."""
+    import torch.distributed as dist
+
+    buffer.div_(dist.get_world_size())
+    work = dist.all_reduce(buffer, async_op=True)
+    return work.get_future().then(lambda fut: fut.value()[0])
+
+
 def _sum_hook(_state, bucket):
     """allreduce without the division by world size: DDP sums gradients."""
     import torch.distributed as dist
@@ -107,13 +116,10 @@ def _saturating_hook(_state, bucket):
     """DDP's averaging allreduce over a buffer whose inf/NaN were saturated first, as
     Ascend's saturation mode does (+-inf -> the dtype's largest finite value, NaN -> 0)."""
     import torch
-    import torch.distributed as dist
 
     buffer = bucket.buffer()
     torch.nan_to_num_(buffer)
-    buffer.div_(dist.get_world_size())
-    work = dist.all_reduce(buffer, async_op=True)
-    return work.get_future().then(lambda fut: fut.value()[0])
+    return _averaging_all_reduce(buffer)
 
 
 FOUND_INF_SATURATED = Fault(
@@ -198,8 +204,6 @@ DDP_INIT_NOT_BROADCAST = patch_attr(
 def _skip_last_bucket_hook(_state, bucket):
     """DDP's averaging allreduce for every bucket but the last, which keeps its local
     gradients."""
-    import torch.distributed as dist
-
     buffer = bucket.buffer()
     if bucket.is_last():
         import torch
@@ -207,9 +211,7 @@ def _skip_last_bucket_hook(_state, bucket):
         future = torch.futures.Future()
         future.set_result(buffer)
         return future
-    buffer.div_(dist.get_world_size())
-    work = dist.all_reduce(buffer, async_op=True)
-    return work.get_future().then(lambda fut: fut.value()[0])
+    return _averaging_all_reduce(buffer)
 
 
 STATIC_GRAPH_SKIPS_BUCKET = Fault(
