@@ -122,12 +122,18 @@ class Condition:
                 lambda a, k: self.probe(a, k, tuple(names)))
 
 
-def arg_names(op: str) -> tuple[str, ...]:
-    """The schema argument names of ``aten.<name>.<overload>`` (empty if unknown)."""
+_REQUIRED = object()
+"""The default of a schema argument that has none."""
+
+
+def arg_names(op: str) -> tuple[tuple[str, Any], ...]:
+    """The schema arguments of ``aten.<name>.<overload>`` as ``(name, default)`` pairs
+    (``_REQUIRED`` where there is no default; empty if the op is unknown)."""
     try:
         _, name, overload = op.split(".")
         packet = getattr(torch.ops.aten, name)
-        return tuple(a.name for a in getattr(packet, overload)._schema.arguments)
+        return tuple((a.name, a.default_value if a.has_default_value() else _REQUIRED)
+                     for a in getattr(packet, overload)._schema.arguments)
     except (ValueError, AttributeError, RuntimeError):
         return ()
 
@@ -207,13 +213,18 @@ def _scalar_args(args, kwargs) -> list:
 
 
 def _named(args, kwargs, names, wanted: str):
-    """``(index, value)`` of the schema argument ``wanted`` in this call, or None."""
-    if wanted not in names:
+    """``(index, value)`` of the schema argument ``wanted`` in this call (its default
+    when the call leaves it out: a kernel wrong for ``dim=0`` is wrong for the default
+    ``dim`` too), or None."""
+    index = next((i for i, (name, _) in enumerate(names) if name == wanted), None)
+    if index is None:
         return None
-    index = names.index(wanted)
     if index < len(args):
         return index, args[index]
-    return (index, kwargs[wanted]) if wanted in kwargs else None
+    if wanted in kwargs:
+        return index, kwargs[wanted]
+    default = names[index][1]
+    return None if default is _REQUIRED else (index, default)
 
 
 def _dim0(args, kwargs, names=()) -> bool:
@@ -223,11 +234,13 @@ def _dim0(args, kwargs, names=()) -> bool:
 
 def _dim0_probe(args, kwargs, names=()):
     found = _named(args, kwargs, names, "dim")
-    if found is None or found[0] >= len(args):
+    if found is None:
         return None
     index, value = found
-    return (*args[:index], [0] if isinstance(value, (list, tuple)) else 0,
-            *args[index + 1:]), kwargs
+    zero = [0] if isinstance(value, (list, tuple)) else 0
+    if index < len(args):
+        return (*args[:index], zero, *args[index + 1:]), kwargs
+    return args, {**kwargs, "dim": zero}
 
 
 def _keepdim(args, kwargs, names=()) -> bool:
