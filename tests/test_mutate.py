@@ -79,3 +79,32 @@ def test_cli_json_has_the_counts(monkeypatch, capsys):
     assert cli.main(["faults", "mutate", "--json", "--limit", "2"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert {"mutants", "killed", "not_live", "survivors"} <= set(out)
+
+
+@pytest.mark.parametrize("op, row, condition, sample", [
+    *[(op, row, band, "/band") for op, row in (("aten.add.Tensor", "add"),
+                                               ("aten._foreach_add.List", "_foreach_add"),
+                                               ("aten._foreach_neg.default", "_foreach_neg"))
+      for band in ("size:(1024,4096]", "size:(65536,1048576]")],
+    *[(op, row, "layout:transposed", "_transposed")
+      for op, row in (("aten.addmm.default", "addmm"), ("aten.baddbmm.default", "baddbmm"),
+                      ("aten._cdist_forward.default", "cdist"))]])
+def test_a_kernel_wrong_only_when_called_one_way_fails_that_sample(op, row, condition, sample):
+    """Note [Size bands of every row], Note [Layout samples]: a kernel wrong only for
+    inputs in one size band, or only for a transposed operand, fails the row's default-run
+    sample made for that, and nothing else."""
+    from harness import faults
+    from harness.ops import BY_NAME
+
+    device, _ = dev.select("cpu")
+    entry = BY_NAME[row]
+    clean = mutate._run_row(device, entry)
+    saved = faults._active
+    faults._active = [mutate.Mutant(op, condition, "element", (row,)).fault()]
+    try:
+        faulted = mutate._run_row(device, entry)
+    finally:
+        faults._active = saved
+    assert clean and all(status == "pass" for status in clean.values()), clean
+    red = sorted(record for record, status in faulted.items() if status != "pass")
+    assert red and all(sample in record for record in red), red

@@ -14,6 +14,7 @@ multiplication, ``relative`` for everything else.
 from __future__ import annotations
 
 import dataclasses
+from typing import Optional
 
 import torch
 import torch.nn.functional as F  # noqa: N812 - the usual alias
@@ -131,9 +132,14 @@ def foreach(n_lists: int = 1, domains=("normal",), scalar=None, list_kw=None) ->
                      for i in range(n_lists))
     extra = () if scalar is None else (scalar,)
     kw = dict(list_kw or {})
-    return (Sample("typical", (*lists([(16, 64), (64,), (8, 3, 3)]), *extra), kw),
+    # first, layers of one shape: a kernel that mixes up a list's same-shaped tensors (the
+    # derived samples, Note [Layout samples], start from the first)
+    return (Sample("same_shape", (*lists([(16, 8), (16, 8), (5,)]), *extra), kw),
+            Sample("typical", (*lists([(16, 64), (64,), (8, 3, 3)]), *extra), kw),
             Sample("odd257", (*lists([(3, 257), (257,)]), *extra), kw),
             Sample("noncontig", (*lists([(33, 17), (9, 5)], noncontig=True), *extra), kw),
+            Sample("same_shape_noncontig", (*lists([(33, 17), (33, 17)], noncontig=True),
+                                            *extra), kw),
             Sample("empty", (*lists([(0, 64), (7,)]), *extra), kw),
             Sample("large", (*lists([LARGE, (10,)]), *extra), kw, slow=True))
 
@@ -757,6 +763,8 @@ CATALOG: tuple[OpEntry, ...] = (
         Sample("odd257", (T((257, 3)), 0, I((300,), 257))),
         Sample("noncontig", (T((33, 17), noncontig=True), 1, I((9,), 17))),
         Sample("empty", (T((16, 64)), 0, I((0,), 16))),
+        # a gather kernel's strategy changes with the source's size (faults mutate)
+        Sample("past65536", (T(((1 << 16) + 1,)), 0, I((100,), (1 << 16) + 1))),
         Sample("large", (T(LARGE), 0, I((1024,), 1024)), slow=True)),
       dtypes=FI),
     E("index_add", torch.index_add, (
@@ -815,6 +823,9 @@ CATALOG: tuple[OpEntry, ...] = (
         Sample("sum", (I((4, 5), 100), T((100, 32))), {"mode": "sum"}),
         Sample("max", (I((4, 5), 100, unique=True), T((100, 32), "distinct")), {"mode": "max"}),
         Sample("odd257", (I((3, 9), 257), T((257, 17))), {"mode": "mean"}),
+        # a frozen table (inference, a frozen embedding) takes the forward-only kernel,
+        # here with 2049 indices: past the 2^11 bound where kernels change strategy
+        Sample("frozen", (I((683, 3), 100), T((100, 32), grad=False)), {"mode": "mean"}),
         Sample("large", (I((256, 64), 30000), T((30000, 64))), {"mode": "sum"}, slow=True))),
     E("one_hot", F.one_hot, (
         Sample("typical", (I((16,), 10), 10)), Sample("odd257", (I((3, 7), 257), 257)),
@@ -855,8 +866,9 @@ CATALOG: tuple[OpEntry, ...] = (
     E("repeat_interleave", torch.repeat_interleave, (
         Sample("typical", (T((4, 16)), 3), {"dim": 1}), Sample("odd257", (T((3, 257)), 2), {"dim": 0}),
         Sample("large", (T((256, 1024)), 4), {"dim": 0}, slow=True)), dtypes=FI),
-    E("split", _tuple(torch.split), layout(kwargs={"split_size_or_sections": 3, "dim": 1}),
-      dtypes=FI),
+    E("split", _tuple(torch.split), layout(
+        (Sample("dim0", (T((9, 4, 5)),), {"split_size_or_sections": 3, "dim": 0}),),
+        kwargs={"split_size_or_sections": 3, "dim": 1}), dtypes=FI),
     E("chunk", _tuple(torch.chunk), layout(kwargs={"chunks": 3, "dim": -1}), dtypes=FI),
     E("unbind", _tuple(torch.unbind), layout(kwargs={"dim": 1}, empty=False), dtypes=FI),
     E("narrow", torch.narrow, layout(kwargs={"dim": 1, "start": 1, "length": 3}), dtypes=FI),
@@ -1170,12 +1182,13 @@ def _first_plain(entry: OpEntry):
     return None
 
 
-def _relaid(sample: Sample, name: str, pick, layout: str, dtypes=None) -> Sample:
+def _relaid(sample: Sample, name: str, pick, layout: str, dtypes=None, **change) -> Sample:
+    """``sample`` with the tensors ``pick`` chooses laid out as ``layout`` (and ``change``d)."""
     def one(spec):
         if isinstance(spec, list):
             return [one(s) for s in spec]
         if isinstance(spec, T) and pick(spec):
-            return dataclasses.replace(spec, layout=layout, noncontig=False)
+            return dataclasses.replace(spec, layout=layout, noncontig=False, **change)
         return spec
     return Sample(f"{sample.name}_{name}", tuple(one(a) for a in sample.args),
                   dict(sample.kwargs), dtypes=dtypes)
@@ -1186,16 +1199,31 @@ def _relaid(sample: Sample, name: str, pick, layout: str, dtypes=None) -> Sample
 # Every row whose default-run samples take a 4-d (5-d) tensor gets its first such sample
 # again with every 4-d (5-d) argument channels_last (channels_last_3d), in each of its
 # dtypes, forward and backward (Note [Argument layouts] in harness.ops.spec). Every row
-# whose first argument is one tensor gets its first plain sample with that argument an
-# offset view and, unless its values must be distinct (a stride-0 view repeats them), an
+# whose first argument is a tensor (or a list of them: _foreach_*, cat) gets its first
+# plain sample with that tensor (the list's first) an offset view and, unless its values must be distinct (a stride-0 view repeats them), an
 # expanded view, in its first dtype only: a kernel that mishandles strides or the
 # storage offset is wrong whatever the dtype, and the default run's budget is seconds.
 # Rows that write into their argument (names ending in ``_``) keep their own layouts.
+# A row none of whose samples has a transposed tensor (matmuls, losses, indexing) gets its
+# first plain sample with every 2-d or larger argument transposed (``noncontig``), in its
+# first dtype: a BLAS-style kernel takes another path for a transposed operand, and
+# ``faults mutate`` found addmm, baddbmm and cdist wrong only there surviving. A row whose
+# tensors may take any shape (Note [Size bands of every row]) and that has no 4-d sample
+# gets its first plain sample as 4-d channels_last too, in its first dtype: elementwise
+# kernels take another path for a tensor in that format (pow survived there).
 LAYOUT_REFUSES: dict[str, str] = {
     "nll_loss": "the CPU's nll_loss2d backward raises 'grad_input must be contiguous' for a "
                 "channels_last input (torch 2.13): no reference",
 }
 """Rows without channels_last samples, and why (Note [Layout samples])."""
+
+
+def _transposed(spec):
+    if isinstance(spec, list):
+        return [_transposed(s) for s in spec]
+    if isinstance(spec, T) and len(spec.shape) >= 2:
+        return dataclasses.replace(spec, noncontig=True)
+    return spec
 
 
 def layout_samples(entry: OpEntry) -> tuple[Sample, ...]:
@@ -1208,18 +1236,29 @@ def layout_samples(entry: OpEntry) -> tuple[Sample, ...]:
                 out.append(_relaid(sample, layout, lambda t, r=rank: len(t.shape) == r,
                                    layout))
                 break
+    shape_free = _shape_free(entry)
+    if shape_free is not None and not out and entry.name not in LAYOUT_REFUSES:
+        out.append(_reshaped(shape_free, f"{shape_free.name}_4d_channels_last", (2, 3, 4, 5),
+                             (entry.dtypes[0],), "channels_last"))
     sample = _first_plain(entry)
-    if (sample is not None and not entry.name.endswith("_") and entry.judge is None
-            and isinstance(sample.args[0], T) and sample.args[0].shape):
-        first = sample.args[0]
+    if sample is None or entry.name.endswith("_") or entry.judge is not None:
+        return tuple(out)
+    specs = [t for other in entry.samples if not other.slow
+             for t in _specs(other.args) if isinstance(t, T)]
+    if (not any(t.noncontig for t in specs)
+            and any(isinstance(t, T) and len(t.shape) >= 2 for t in _specs(sample.args))):
+        out.append(Sample(f"{sample.name}_transposed",
+                          tuple(_transposed(a) for a in sample.args), dict(sample.kwargs),
+                          dtypes=(entry.dtypes[0],)))
+    first = next(_specs(sample.args))  # of a list argument (_foreach_*, cat), its first
+    if isinstance(first, T) and first.shape:
         dtypes = (entry.dtypes[0],)
         out.append(_relaid(sample, "offset", lambda t: t is first, "offset", dtypes))
         if first.domain not in ("distinct", "ties") and first.shape[0] > 1:
             # no gradient through the broadcast: it is a sum over dim 0, not the row's own
             # (exact for a copy) standard
-            expanded = _relaid(sample, "expanded", lambda t: t is first, "expanded", dtypes)
-            out.append(dataclasses.replace(expanded, args=(
-                dataclasses.replace(expanded.args[0], grad=False), *expanded.args[1:])))
+            out.append(_relaid(sample, "expanded", lambda t: t is first, "expanded", dtypes,
+                               grad=False))
     return tuple(out)
 
 
@@ -1328,29 +1367,73 @@ SLOW_SIZE_SAMPLES: dict[str, tuple[Sample, ...]] = {
 # elements, in its first dtype: one size in each band between the default samples and
 # the slow ones, at a few milliseconds a row. Reduction rows get the full sweep
 # (SIZE_SAMPLES); a row with a structured input (conv, pooling, indexing) keeps its own.
-BAND_SIZES = ((1 << 11) + 1, (1 << 13) + 1)
+# A row taking lists of tensors (_foreach_*, cat, stack) gets one sample per band whose
+# lists each hold two 1-d tensors of that size. The third band, 2^16 + 1, closed the
+# (65536, 1048576] column of the kill matrix (0 of 14 killed before, docs/mutants.md).
+BAND_SIZES = ((1 << 11) + 1, (1 << 13) + 1, (1 << 16) + 1)
 
 
 BAND_REFUSES: dict[str, str] = {
     "cross": "takes vectors of 3", "cosine_similarity": "reduces dim 1",
-    "getitem_slice": "slices dim 1"}
+    "getitem_slice": "slices dim 1", "glu": "halves its dim: an odd size is refused",
+    "unbind": "one output per element of its dim", "split": "one output per 3 of its dim"}
 """Rows whose 2-d sample has no 1-d twin, and why (Note [Size bands of every row])."""
+
+
+def _shape_free(entry: OpEntry) -> Optional[Sample]:
+    """The row's first plain sample when its tensors may take any shape (all one 2-d
+    shape, no shape-like option: unary, binary, ternary ops and losses), else None."""
+    sample = _first_plain(entry)
+    if (sample is None or entry.name in SIZE_SAMPLES or entry.judge is not None
+            or entry.name in BAND_REFUSES
+            or any(not isinstance(a, T) for a in sample.args)
+            or any(k in sample.kwargs for k in ("dim", "shape", "dims", "size", "chunks"))):
+        return None
+    shape = sample.args[0].shape
+    return sample if len(shape) == 2 and all(t.shape == shape for t in sample.args) else None
+
+
+def _reshaped(sample: Sample, name: str, shape: tuple, dtypes, layout: str = "") -> Sample:
+    return Sample(name, tuple(dataclasses.replace(t, shape=shape, noncontig=False, layout=layout)
+                              for t in sample.args), dict(sample.kwargs), dtypes=dtypes)
 
 
 def band_samples(entry: OpEntry) -> tuple[Sample, ...]:
     sample = _first_plain(entry)
+    if (sample is not None and entry.judge is None and entry.name not in BAND_REFUSES
+            and all(isinstance(a, list) for a in sample.args if not isinstance(a, (int, float)))):
+        return _list_bands(entry, sample)
+    sample = _shape_free(entry)
+    if sample is not None:
+        return tuple(_reshaped(sample, f"band{n}", (n,), (entry.dtypes[0],))
+                     for n in BAND_SIZES)
+    sample = _along_a_dim(entry)
+    if sample is None:
+        return ()
+    return tuple(dataclasses.replace(_reshaped(sample, f"band{n}", (n,), (entry.dtypes[0],)),
+                                     kwargs={**sample.kwargs, "dim": 0}) for n in BAND_SIZES)
+
+
+def _along_a_dim(entry: OpEntry) -> Optional[Sample]:
+    """The row's first plain sample when it is one tensor reduced, scanned or normalised
+    along ``dim=`` (max_dim, cumprod, log_softmax, std...), else None."""
+    sample = _first_plain(entry)
     if (sample is None or entry.name in SIZE_SAMPLES or entry.judge is not None
-            or entry.name in BAND_REFUSES):
-        return ()
-    tensors = [a for a in _specs(sample.args) if isinstance(a, T)]
-    if (any(isinstance(a, (list, tuple)) for a in sample.args) or len(tensors[0].shape) != 2
-            or any(t.shape != tensors[0].shape for t in tensors)
-            or any(not isinstance(a, T) for a in sample.args)
-            or any(k in sample.kwargs for k in ("dim", "shape", "dims", "size", "chunks"))):
-        return ()
-    return tuple(Sample(f"band{n}", tuple(dataclasses.replace(t, shape=(n,), noncontig=False)
-                                          for t in sample.args), dict(sample.kwargs),
-                        dtypes=(entry.dtypes[0],)) for n in BAND_SIZES)
+            or entry.name in BAND_REFUSES or len(sample.args) != 1
+            or not isinstance(sample.args[0], T)
+            or not isinstance(sample.kwargs.get("dim"), int)
+            or any(k in sample.kwargs for k in ("shape", "dims", "size", "chunks"))):
+        return None
+    return sample
+
+
+def _list_bands(entry: OpEntry, sample: Sample) -> tuple[Sample, ...]:
+    """The band samples of a row taking lists of tensors (Note [Size bands of every row])."""
+    def lists(n):
+        return tuple([dataclasses.replace(a[0], shape=(n,), noncontig=False)] * 2
+                     if isinstance(a, list) else a for a in sample.args)
+    return tuple(Sample(f"band{n}", lists(n), dict(sample.kwargs), dtypes=(entry.dtypes[0],))
+                 for n in BAND_SIZES)
 
 
 def _called(entry: OpEntry) -> tuple[Sample, ...]:
