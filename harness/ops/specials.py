@@ -125,6 +125,13 @@ POW = ("C99 pow special cases (torch.pow): pow(x, +-0) = 1 even for NaN x, pow(1
        "pow(+-0, y<0) = inf, pow(-inf, y) by the parity of y")
 HYPOT = "C99 hypot: hypot(+-inf, y) = +inf even when y is NaN"
 ATAN2 = "C99 atan2: atan2(+-0, -0) = +-pi, atan2(+-inf, +inf) = +-pi/4, NaN propagates"
+COPY = ("moves, copies, selects or pads values without arithmetic (IEEE 754 copy is exact): "
+        "a NaN, an inf and a signed zero arrive where the value goes, bit for bit")
+ACCUMULATE = "the values are added into the destination: IEEE addition as for add"
+COUNT = ("torch.count_nonzero / all / any: a NaN and an inf are nonzero, so they count and are "
+         "truthy; -0 is zero (IEEE 754: -0 == 0)")
+ROUND_DECIMALS = ("torch.round(decimals=) is round of x * 10^d divided back: NaN, +-inf and "
+                  "+-0 come back as they are (C99 round and IEEE multiply)")
 
 PRODUCT_GRAD = ("the gradient at a NaN is the kernel's choice, documented by nothing: torch's "
                 "formula is result / input (NaN) without zeros and the product of the others "
@@ -146,6 +153,15 @@ _FOREACH = ("_foreach_add", "_foreach_sub", "_foreach_sub_alpha", "_foreach_mul"
             "_foreach_maximum", "_foreach_neg", "_foreach_abs", "_foreach_reciprocal",
             "_foreach_exp", "_foreach_sign", "_foreach_mul_", "_foreach_add_",
             "_foreach_addcmul_", "_foreach_addcdiv_", "_foreach_lerp_", "_foreach_sqrt_")
+
+_MOVES = ("gather", "take_along_dim", "scatter", "index_select", "index_copy", "index_put",
+          "getitem_advanced", "getitem_slice", "masked_fill", "masked_select", "where",
+          "embedding", "cat", "permute_contiguous", "transpose_contiguous", "reshape",
+          "flatten", "flip", "roll", "movedim", "expand_contiguous", "repeat", "tile",
+          "split", "chunk", "unbind", "narrow", "squeeze_unsqueeze",
+          "tril", "triu", "diagonal", "clone", "to_float32", "pixel_shuffle",
+          "pixel_unshuffle", "pad_constant", "pad_reflect", "pad_replicate", "pad_circular",
+          "interpolate_nearest", "interpolate_nearest_exact")
 
 
 def _beta0(shapes: tuple) -> Sample:
@@ -217,7 +233,15 @@ SEMANTICS: dict[str, Semantics] = {
     **_rows(("max_pool1d", "max_pool2d", "max_pool3d", "adaptive_max_pool1d",
              "adaptive_max_pool2d"), NAN_INF, POOL),
     "clip_grad_norm_": Semantics(NAN_INF, CLIP_NORM, samples=("clipping",)),
-    **_rows(_FOREACH, NAN_INF, FOREACH),
+    # the specials of a _foreach row stay on its "typical" lists, whatever sample is first
+    **_rows(_FOREACH, NAN_INF, FOREACH, samples=("typical",)),
+    # moves, copies, pads, counts
+    **_rows(_MOVES, ALL, COPY),
+    # their samples have too few rows for the cycle to reach a -0 (tests/test_ops_specials.py)
+    **_rows(("stack", "repeat_interleave"), NAN_INF, COPY),
+    **_rows(("scatter_add", "index_add", "diff"), NAN_INF, IEEE + " (" + ACCUMULATE + ")"),
+    **_rows(("count_nonzero", "all", "any"), ALL, COUNT),
+    "round_decimals": Semantics(ALL, ROUND_DECIMALS),
 }
 """Per catalog row: the special values its samples get and where the behaviour is documented."""
 
@@ -225,19 +249,18 @@ SEMANTICS: dict[str, Semantics] = {
 NOT_DOCUMENTED = ("no NaN/Inf semantics documented for it beyond its parts: a sum of "
                   "products whose BLAS / convolution kernel may skip terms (0 * NaN), so "
                   "torch promises nothing about where a NaN lands")
-MOVES = ("moves, copies or selects values without arithmetic: a NaN/Inf is carried like any "
-         "other value (its exact standard already compares NaN positions), no semantics "
-         "of its own to document")
-INTERP = ("interpolation / padding: weighted sums of neighbours with no documented NaN/Inf "
-          "behaviour (a NaN spreads by the kernel's footprint, which varies by backend)")
+SCATTER_REDUCE = ("torch.scatter_reduce docs say nothing of NaN: which value an amax/amin "
+                  "reduction keeps from a NaN and a number, and whether include_self=False "
+                  "sees one, is each backend's choice")
+INTERP = ("linear / cubic / area interpolation: weighted sums of neighbours with no "
+          "documented NaN/Inf behaviour (a NaN spreads by the kernel's footprint, which "
+          "varies by backend)")
 AVG = ("averaging pool / local norm: a windowed sum with no documented NaN/Inf rule beyond "
        "IEEE addition, which the sum and mean rows check")
 COMPOSITE_LOSS = ("loss without a documented NaN/Inf rule whose formula clamps or mixes "
                   "terms (margins, eps-clamped variances); the IEEE parts are covered by the "
                   "elementwise and reduction rows")
 VARIANT = "a variant row of a covered op with the same kernel (see the covered row)"
-INTEGER_OUT = ("a count / boolean reduction: NaN is nonzero and truthy by IEEE, documented "
-               "by nothing more; its exact standard compares the result")
 DISTANCE = ("distance / similarity of vectors: no documented NaN/Inf rule (eps-clamped "
             "norms); its parts (norm, sum, div) are covered rows")
 
@@ -246,18 +269,10 @@ REASONS: dict[str, str] = {
         "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
         "conv_transpose3d", "linear", "matmul", "mm", "bmm", "mv", "dot", "einsum", "outer",
         "tensordot", "cross", "fold_col2im", "unfold_im2col", "embedding_bag")},
-    **{n: MOVES for n in (
-        "gather", "take_along_dim", "scatter", "scatter_add", "scatter_reduce", "index_select",
-        "index_add", "index_copy", "index_put", "getitem_advanced", "getitem_slice",
-        "masked_fill", "masked_select", "where", "embedding", "cat", "stack",
-        "permute_contiguous", "transpose_contiguous", "reshape", "flatten", "flip", "roll",
-        "movedim", "expand_contiguous", "repeat", "tile", "repeat_interleave", "split",
-        "chunk", "unbind", "narrow", "squeeze_unsqueeze", "tril", "triu", "diagonal",
-        "clone", "to_float32", "pixel_shuffle", "pixel_unshuffle", "diff")},
+    "scatter_reduce": SCATTER_REDUCE,
     **{n: INTERP for n in (
-        "pad_constant", "pad_reflect", "pad_replicate", "pad_circular", "interpolate_nearest",
-        "interpolate_nearest_exact", "interpolate_linear", "interpolate_bilinear",
-        "interpolate_bicubic", "interpolate_trilinear", "interpolate_area")},
+        "interpolate_linear", "interpolate_bilinear", "interpolate_bicubic",
+        "interpolate_trilinear", "interpolate_area")},
     **{n: AVG for n in (
         "avg_pool1d", "avg_pool2d", "avg_pool3d", "lp_pool2d", "adaptive_avg_pool1d",
         "adaptive_avg_pool2d", "adaptive_avg_pool3d", "local_response_norm",
@@ -269,9 +284,7 @@ REASONS: dict[str, str] = {
     **{n: VARIANT + f" ({row})" for n, row in (
         ("clamp_tie", "clamp"), ("clamp_min_rounded_bound", "clamp_min_tie"),
         ("clamp_rounded_bound", "clamp"), ("hardtanh_tie", "hardtanh"),
-        ("relu6_tie", "relu6"), ("relu_tie", "relu"), ("round_decimals", "round"),
-        ("div_floor", "div"))},
-    **{n: INTEGER_OUT for n in ("count_nonzero", "all", "any")},
+        ("relu6_tie", "relu6"), ("relu_tie", "relu"), ("div_floor", "div"))},
     **{n: DISTANCE for n in ("cosine_similarity", "pairwise_distance", "cdist")},
 }
 """Per catalog row not in :data:`SEMANTICS`: why it has no special-value samples."""
