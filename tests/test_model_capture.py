@@ -236,10 +236,101 @@ def test_replay_keeps_the_captured_strides():
         def __str__(self):
             return "probe"
 
-    replay = cases_mod.Replay(Probe(), 1, [], {0: ((3, 4), (1, 3))}, (), False, 0)
+    replay = cases_mod.Replay(Probe(), 1, [], {0: ((3, 4), (1, 3), 0)}, (), False, 0)
     out = replay(torch.arange(12.0))
     assert seen == [((3, 4), (1, 3))]
     assert out.shape == (3, 4)
+
+
+@pytest.mark.parametrize("make, name", [
+    (lambda: torch.zeros(2, 3, 4, 5), "contiguous"),
+    (lambda: torch.zeros(2, 3, 4, 5).to(memory_format=torch.channels_last), "channels_last"),
+    (lambda: torch.zeros(2, 3, 4, 5, 6).to(memory_format=torch.channels_last_3d),
+     "channels_last_3d"),
+    (lambda: torch.zeros(1, 5).expand(4, 5), "expanded"),
+    (lambda: torch.zeros(4, 5).t(), "strided"),
+    (lambda: torch.zeros(12)[3:], "contiguous+offset"),
+    (lambda: torch.zeros(4, 6).chunk(3, 1)[1], "strided+offset"),
+    (lambda: torch.zeros(1, 3, 1, 1).to(memory_format=torch.channels_last), "contiguous"),
+])
+def test_layout_names_say_the_memory_format(make, name):
+    t = make()
+    meta = capture_mod._meta(t)
+    assert meta.layout == name
+    assert (":o" in meta.text()) == (t.storage_offset() > 0)
+
+
+class _LaidOut(nn.Module):
+    """A channels_last conv net whose head chunks a fused projection (views at offsets)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.fused = nn.Linear(4, 12)
+
+    def forward(self, x):
+        y = torch.relu(self.conv(x.contiguous(memory_format=torch.channels_last)))
+        a, b, c = self.fused(y.mean((2, 3))).chunk(3, dim=1)
+        return a * b + c
+
+
+@pytest.fixture(scope="module")
+def laid_out_capture():
+    torch.manual_seed(0)
+    return capture_mod.capture_step(
+        spec.ModelSpec("laidout", "tests:laidout", _LaidOut(), (torch.randn(2, 3, 8, 8),)))
+
+
+def _fault_when(op: str, when) -> faults.Fault:
+    return faults.perturb_op(f"test.{op}_layout", family="model", op=op, when=when,
+                             transform=lambda out, a, k: out * 1.01, checks=("suites/model",),
+                             description=f"{op} 1% off for one layout")
+
+
+def test_capture_records_channels_last_and_offset_arguments(laid_out_capture):
+    layouts = laid_out_capture.layout_counts()
+    assert layouts.get("channels_last", 0) >= 2 and layouts.get("strided+offset", 0) >= 2
+    conv = next(c for c in laid_out_capture.calls if c.op == "aten.convolution.default")
+    assert conv.tensors()[0].layout == "channels_last"
+    mul = next(c for c in laid_out_capture.calls if c.op == "aten.mul.Tensor")
+    assert [m.offset for m in mul.tensors()] == [0, 4] and ":o4" in mul.signature
+    assert laid_out_capture.to_json()["layouts"] == layouts
+
+
+@pytest.mark.parametrize("op, when", [
+    ("aten.convolution.default",
+     lambda a, k: a[0].is_contiguous(memory_format=torch.channels_last)
+     and not a[0].is_contiguous()),
+    ("aten.mul.Tensor", lambda a, k: any(t.storage_offset() for t in a
+                                         if isinstance(t, torch.Tensor))),
+], ids=["channels_last_conv", "offset_mul"])
+def test_a_kernel_wrong_only_in_the_captured_layout_fails_the_replay(
+        laid_out_capture, monkeypatch, op, when):
+    clean = {r.id: r.status for r in _results(laid_out_capture)}
+    mine = [i for i in clean if f"/{op}/" in i and i.endswith("/fwd")]
+    assert mine and all(clean[i] == "pass" for i in mine)
+    monkeypatch.setattr(faults, "_active", [_fault_when(op, when)])
+    broken = {r.id: r.status for r in _results(laid_out_capture)}
+    assert {i for i, st in broken.items() if st == "fail"} & set(mine), \
+        "the replay lost the layout the model gave the op"
+    # the same fault on the model's calls made contiguous: nothing to see (the layout is
+    # what carries the defect to the replay)
+    flat = dataclasses.replace(laid_out_capture, calls=[
+        dataclasses.replace(c, args=_contiguous(c.args), kwargs=_contiguous(c.kwargs),
+                            signature=c.signature + ":flat")
+        for c in laid_out_capture.calls if c.op == op])
+    assert all(r.status == "pass" for r in _results(flat))
+
+
+def _contiguous(value):
+    if isinstance(value, capture_mod.TensorMeta):
+        return dataclasses.replace(value, stride=capture_mod.contiguous_stride(value.shape),
+                                   offset=0)
+    if isinstance(value, dict):
+        return {k: _contiguous(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_contiguous(v) for v in value)
+    return value
 
 
 def test_random_ops_are_skipped_with_the_reason():

@@ -17,6 +17,18 @@ digits of SHA-1 over the signature, so it is stable across runs and machines. Th
 mode sits below autograd and autocast, so what it sees is what the backend's kernels are
 asked to do: autocast's casts and the 16-bit kernels after them.
 
+Note [Captured layouts]
+~~~~~~~~~~~~~~~~~~~~~~~
+Accelerator kernels take other paths for other memory formats (channels_last goes through
+a format conversion on an NPU), for a stride-0 broadcast and for a view that starts inside
+its storage (a chunk of a fused qkv projection). So each tensor argument keeps its sizes,
+strides *and storage offset*; the signature shows the strides (``:s(...)``) and a nonzero
+offset (``:o5``), and the replay rebuilds the same view over a drawn storage (Note
+[Replaying a captured call] in :mod:`harness.model.cases`): the DUT's kernel is asked
+exactly what the model asked of it. :func:`layout_name` names the format for people
+(``channels_last``, ``expanded``, ``strided``, ``+offset``); the model check prints how
+many captured arguments came in each (:meth:`StepCapture.layout_counts`).
+
 Note [Captured value ranges]
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 Replaying a call with random inputs must stay inside the op's domain: a variance must be
@@ -43,6 +55,7 @@ structure are one case whatever their indices.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import hashlib
@@ -82,15 +95,23 @@ class TensorMeta:
     dtype: str
     stride: tuple[int, ...]
     requires_grad: bool = False
+    offset: int = 0
 
     @property
     def contiguous(self) -> bool:
         return self.stride == contiguous_stride(self.shape)
 
+    @property
+    def layout(self) -> str:
+        """The memory format its sizes, strides and offset say (Note [Captured layouts])."""
+        return layout_name(self.shape, self.stride, self.offset)
+
     def text(self) -> str:
         out = f"{_SHORT.get(self.dtype, self.dtype)}[{','.join(map(str, self.shape))}]"
         if not self.contiguous and _numel(self.shape) > 1:
             out += f":s({','.join(map(str, self.stride))})"
+        if self.offset:
+            out += f":o{self.offset}"
         return out + (":g" if self.requires_grad else "")
 
 
@@ -119,6 +140,29 @@ def contiguous_stride(shape: tuple[int, ...]) -> tuple[int, ...]:
         stride.append(acc)
         acc *= max(size, 1)
     return tuple(reversed(stride))
+
+
+_FORMATS = ((4, torch.channels_last, "channels_last"),
+            (5, torch.channels_last_3d, "channels_last_3d"))
+
+
+def layout_name(shape: tuple[int, ...], stride: tuple[int, ...], offset: int = 0) -> str:
+    """``contiguous``, ``channels_last``, ``channels_last_3d``, ``expanded`` (a stride-0
+    dimension of size > 1) or ``strided`` (any other strides: a transpose, a slice), with
+    ``+offset`` when the tensor starts past its storage's first element (Note [Captured
+    layouts])."""
+    def like(expected) -> bool:  # torch's rule: a size-1 dimension's stride is free
+        return all(st == e for size, st, e in zip(shape, stride, expected) if size > 1)
+
+    if like(contiguous_stride(shape)):
+        name = "contiguous"
+    elif any(st == 0 and size > 1 for size, st in zip(shape, stride)):
+        name = "expanded"
+    else:
+        name = next((fmt_name for rank, fmt, fmt_name in _FORMATS if len(shape) == rank
+                     and like(torch.empty(shape, device="meta", memory_format=fmt).stride())),
+                    "strided")
+    return f"{name}+offset" if offset else name
 
 
 def _numel(shape: tuple[int, ...]) -> int:
@@ -197,6 +241,7 @@ class Call:
         return {"op": self.op, "digest": self.digest, "signature": self.signature,
                 "count": self.count, "phases": dict(self.phases),
                 "inputs": [{"shape": list(m.shape), "dtype": m.dtype, "stride": list(m.stride),
+                            "offset": m.offset, "layout": m.layout,
                             "contiguous": m.contiguous, "requires_grad": m.requires_grad}
                            for m in self.tensors()]}
 
@@ -218,6 +263,12 @@ class StepCapture:
     def total_calls(self) -> int:
         return sum(c.count for c in self.calls)
 
+    def layout_counts(self) -> dict[str, int]:
+        """Tensor arguments of the distinct calls per layout (Note [Captured layouts]),
+        most common first."""
+        counts = collections.Counter(m.layout for call in self.calls for m in call.tensors())
+        return dict(counts.most_common())
+
     def by_op(self) -> dict[str, list[Call]]:
         out: dict[str, list[Call]] = {}
         for call in self.calls:
@@ -236,7 +287,7 @@ class StepCapture:
                 "amp": self.amp, "optimizer": self.optimizer, "loss": self.loss,
                 "seconds": round(self.seconds, 3), "total_calls": self.total_calls,
                 "distinct_calls": len(self.calls), "distinct_ops": len(self.by_op()),
-                "phase_calls": self.phase_counts(),
+                "phase_calls": self.phase_counts(), "layouts": self.layout_counts(),
                 "calls": [c.to_json() for c in self.calls]}
 
 
@@ -275,7 +326,8 @@ def _meta(value: Any) -> Any:
     """Arguments with tensors replaced by :class:`TensorMeta`, devices by the placeholder."""
     if isinstance(value, torch.Tensor):
         return TensorMeta(tuple(value.shape), dtype_name(value.dtype), tuple(value.stride()),
-                          bool(value.requires_grad))
+                          bool(value.requires_grad),
+                          value.storage_offset() if value.layout == torch.strided else 0)
     if isinstance(value, list):
         return [_meta(v) for v in value]
     if isinstance(value, tuple):

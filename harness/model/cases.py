@@ -25,9 +25,11 @@ Note [Replaying a captured call]
   up-cast for the reference (and a ``dtype=`` argument equal to it follows them), others
   keep their captured dtype on both sides; :data:`NO_UPCAST` ops (AMP's fp32-only scale
   kernels) keep every dtype, so their reference is the CPU in the captured dtypes.
-* Strides: a non-contiguous input is drawn (an integer one: kept) as its storage span
-  (1-D) and viewed with the captured sizes and strides (``as_strided``), so the DUT kernel
-  sees the same layout.
+* Layouts: a non-contiguous input, or one at a storage offset, is drawn (an integer one:
+  kept) as its storage (1-D: the offset, then the span its sizes and strides reach) and
+  viewed with the captured sizes, strides and offset (``as_strided``), so the DUT kernel
+  sees the layout the model gave it: channels_last, a stride-0 broadcast, a transpose, a
+  chunk inside a larger buffer (Note [Captured layouts] in :mod:`harness.model.capture`).
 * Devices: a ``device=`` argument becomes the executing side's device; an op without
   tensor inputs gets a 0-element anchor tensor that says where it runs.
 * Mutation: in-place ops run on copies (the runner copies every input); the written
@@ -127,7 +129,7 @@ class Replay:
     """
 
     def __init__(self, overload, n_args: int, kw_names: Sequence[str],
-                 layouts: dict[int, tuple[tuple[int, ...], tuple[int, ...]]],
+                 layouts: dict[int, tuple[tuple[int, ...], tuple[int, ...], int]],
                  mutates: Sequence[int], anchor: bool, dtype_from: Optional[int]) -> None:
         self.overload = overload
         self.n_args = n_args
@@ -150,8 +152,8 @@ class Replay:
             if isinstance(value, torch.Tensor):
                 index = len(tensors)
                 if index in self.layouts:
-                    shape, stride = self.layouts[index]
-                    value = value.as_strided(shape, stride)
+                    shape, stride, offset = self.layouts[index]
+                    value = value.as_strided(shape, stride, offset)
                 if index in self.mutates and value.requires_grad:
                     value = value.clone()
                 tensors.append(value)
@@ -234,13 +236,21 @@ def _float_domain(low: Optional[float], high: Optional[float]) -> str:
     return "normal"
 
 
+def _restrided(meta: TensorMeta) -> bool:
+    """Whether the replay views the drawn storage with the captured strides and offset."""
+    return not meta.contiguous or meta.offset > 0
+
+
 def _spec_for(meta: TensorMeta, rng: Range, value: Optional[torch.Tensor],
               primary: Optional[str], grad: bool):
     """The sample argument of one captured tensor: its captured values (integer, boolean),
     else a spec the runner draws from (Note [Replaying a captured call])."""
     if value is not None:  # the storage span; a contiguous one is the tensor itself
-        return value.reshape(meta.shape) if meta.contiguous else value
-    shape = meta.shape if meta.contiguous else (storage_span(meta.shape, meta.stride),)
+        if not _restrided(meta):
+            return value.reshape(meta.shape)
+        return torch.cat([value.new_zeros(meta.offset), value]) if meta.offset else value
+    shape = ((meta.offset + storage_span(meta.shape, meta.stride),) if _restrided(meta)
+             else meta.shape)
     dtype = DTYPES.get(meta.dtype)
     if dtype is None:
         raise ValueError(f"dtype {meta.dtype} cannot be replayed")
@@ -289,13 +299,13 @@ def build_case(model: str, call: Call) -> ModelCase:
                          f"cannot find {call.op} in torch.ops ({exc})")
     wants_grad = call.phase == "forward" and any(m.requires_grad for m in tensors)
     counter = iter(range(len(tensors)))
-    layouts: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+    layouts: dict[int, tuple[tuple[int, ...], tuple[int, ...], int]] = {}
 
     def spec(value: Any) -> Any:
         if isinstance(value, TensorMeta):
             index = next(counter)
-            if not value.contiguous:
-                layouts[index] = (value.shape, value.stride)
+            if _restrided(value):
+                layouts[index] = (value.shape, value.stride, value.offset)
             return _spec_for(value, call.ranges[index], kept[index], upcast, wants_grad)
         if isinstance(value, (list, tuple)):
             return type(value)(spec(v) for v in value)

@@ -73,6 +73,8 @@ class ModelReport:
                  f"{c.optimizer}, amp {c.amp or 'off'}",
                  f"captured one training step in {c.seconds:.2f} s: {c.total_calls} aten calls "
                  f"({phases}), {len(c.calls)} distinct (op, signature), {len(c.by_op())} ops",
+                 "argument layouts, replayed as captured: " + ", ".join(
+                     f"{name} {n}" for name, n in c.layout_counts().items()),
                  self.inventory.text()]
         counts = self.counts()
         lines.append(f"cases: {self.cases} distinct (op, signature) -> {len(self.results)} "
