@@ -440,3 +440,23 @@ def test_all_to_all_references_route_chunks_by_rank():
     stack = [np.array([1.0, 2.0]), np.array([3.0, 5.0])]
     avg, bound = _reference("reduce_scatter_tensor_avg", stack, 1, 2, 2)
     assert avg.tolist() == [3.5] and bound.tolist() == [3.5]
+
+
+@pytest.mark.parametrize("ws", [2, 4])
+def test_reduction_references_are_the_stacked_sums_bit_for_bit(ws):
+    """The references add the ranks' inputs in rank order without stacking them: the same
+    float64 values as ``np.stack(x).sum(0)`` (the metrics on every baseline depend on it)."""
+    import numpy as np
+
+    from harness.distributed.checks import _inputs, _np, _reference
+
+    for dtype in ("float32", "bfloat16", "int64"):
+        inputs = [_np(_inputs(3, r, 1000, dtype)) for r in range(ws)]
+        stack = np.stack(inputs)
+        total, absum = _reference("all_reduce_sum", inputs, 0, ws, 1000)
+        assert np.array_equal(total, stack.sum(0)) and np.array_equal(absum, np.abs(stack).sum(0))
+        assert np.array_equal(_reference("all_reduce_max", inputs, 0, ws, 1000)[0], stack.max(0))
+        chunk = 1000 // ws
+        part = stack[:, chunk:2 * chunk]
+        total, absum = _reference("reduce_scatter", inputs, 1, ws, 1000)
+        assert np.array_equal(total, part.sum(0)) and np.array_equal(absum, np.abs(part).sum(0))
