@@ -88,11 +88,14 @@ def test_cli_json_has_the_counts(monkeypatch, capsys):
       for band in ("size:(1024,4096]", "size:(65536,1048576]")],
     *[(op, row, "layout:transposed", "_transposed")
       for op, row in (("aten.addmm.default", "addmm"), ("aten.baddbmm.default", "baddbmm"),
-                      ("aten._cdist_forward.default", "cdist"))]])
+                      ("aten._cdist_forward.default", "cdist"))],
+    # the first tensor past an index: embedding's weight
+    ("aten.embedding.default", "embedding", "layout:expanded", "_expanded"),
+    ("aten.embedding.default", "embedding", "layout:offset", "_offset")])
 def test_a_kernel_wrong_only_when_called_one_way_fails_that_sample(op, row, condition, sample):
     """Note [Size bands of every row], Note [Layout samples]: a kernel wrong only for
-    inputs in one size band, or only for a transposed operand, fails the row's default-run
-    sample made for that, and nothing else."""
+    inputs in one size band, or only for a transposed, expanded or offset operand, fails
+    the row's default-run sample made for that, and nothing else."""
     from harness import faults
     from harness.ops import BY_NAME
 

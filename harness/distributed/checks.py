@@ -283,6 +283,11 @@ def ddp_amp(ctx, steps: int = 5, local_batch: int = 8, lr: float = 0.05,
 # INF_NAN mode keeps inf and NaN) leaves every rank finite: no rank skips, and the step is
 # taken with a gradient near the dtype's maximum. So one rank alone overflows at one step,
 # and the check wants the step skipped and the scale halved on every rank, in step.
+# The two modes are torch_npu's (Ascend/op-plugin, docs/zh/custom_APIs/torch_npu-npu:
+# ``torch_npu.npu.utils.is_support_inf_nan()`` is True in INF_NAN mode and False in
+# saturation mode; ``npu_check_overflow(grad)`` looks for inf/NaN in ``grad`` in INF_NAN
+# mode and, in saturation mode, ignores it and reads the hardware's overflow flag), so in
+# saturation mode no gradient holds the inf a GradScaler's ``unscale_`` looks for.
 
 
 def ddp_buffers(ctx, steps: int = 4, local_batch: int = 8, lr: float = 0.1):

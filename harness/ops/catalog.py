@@ -1199,8 +1199,9 @@ def _relaid(sample: Sample, name: str, pick, layout: str, dtypes=None, **change)
 # Every row whose default-run samples take a 4-d (5-d) tensor gets its first such sample
 # again with every 4-d (5-d) argument channels_last (channels_last_3d), in each of its
 # dtypes, forward and backward (Note [Argument layouts] in harness.ops.spec). Every row
-# whose first argument is a tensor (or a list of them: _foreach_*, cat) gets its first
-# plain sample with that tensor (the list's first) an offset view and, unless its values must be distinct (a stride-0 view repeats them), an
+# with a tensor argument gets its first plain sample with its first tensor (a list's
+# first: _foreach_*, cat; past an index or a mask: embedding's weight) an offset view and,
+# unless its values must be distinct (a stride-0 view repeats them), an
 # expanded view, in its first dtype only: a kernel that mishandles strides or the
 # storage offset is wrong whatever the dtype, and the default run's budget is seconds.
 # Rows that write into their argument (names ending in ``_``) keep their own layouts.
@@ -1250,8 +1251,10 @@ def layout_samples(entry: OpEntry) -> tuple[Sample, ...]:
         out.append(Sample(f"{sample.name}_transposed",
                           tuple(_transposed(a) for a in sample.args), dict(sample.kwargs),
                           dtypes=(entry.dtypes[0],)))
-    first = next(_specs(sample.args))  # of a list argument (_foreach_*, cat), its first
-    if isinstance(first, T) and first.shape:
+    # the first tensor (of a list argument, _foreach_* and cat, its first), past an
+    # index, a mask or an equation (embedding's weight, where's input, einsum's operand)
+    first = next((t for t in _specs(sample.args) if isinstance(t, T)), None)
+    if first is not None and first.shape:
         dtypes = (entry.dtypes[0],)
         out.append(_relaid(sample, "offset", lambda t: t is first, "offset", dtypes))
         if first.domain not in ("distinct", "ties") and first.shape[0] > 1:
