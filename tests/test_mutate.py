@@ -1,6 +1,7 @@
 """``faults mutate``: generated conditional mutants of the op catalog's ops (Note [Mutant
 runs] in harness/faults/mutate.py). A fixed sample must stay >= 95% killed."""
 
+import dataclasses
 import json
 import sys
 
@@ -111,3 +112,32 @@ def test_a_kernel_wrong_only_when_called_one_way_fails_that_sample(op, row, cond
     assert clean and all(status == "pass" for status in clean.values()), clean
     red = sorted(record for record, status in faulted.items() if status != "pass")
     assert red and all(sample in record for record in red), red
+
+
+def test_an_in_place_ops_wrong_answer_is_written_where_its_callers_read_it():
+    """Note [In-place mutants]: dropout reads the mask bernoulli_ wrote, not what it
+    returned; a NaN written there fails dropout, and a wrong shape, which an in-place op
+    cannot give, leaves the answer right and is not live."""
+    from harness import faults
+    from harness.ops import BY_NAME
+
+    device, _ = dev.select("cpu")
+    the_plan = mutate.plan(device, rows=["dropout"], limit=1)
+    calls = the_plan.calls["aten.bernoulli_.float"]
+    before = [args[0].clone() for _, args, _ in calls]
+    nan = mutate.Mutant("aten.bernoulli_.float", "dtype:bfloat16", "nan", ("dropout",),
+                        ("bfloat16",))
+    shape = dataclasses.replace(nan, how="shape")
+    assert mutate.live(nan, the_plan.calls) and not mutate.live(shape, the_plan.calls)
+    assert all(torch.equal(b.contiguous().view(torch.uint8),  # bit for bit: empty_like's
+                           args[0].contiguous().view(torch.uint8))  # memory may hold NaN
+               for b, (_, args, _) in zip(before, calls)), \
+        "liveness must not write into the recorded calls"
+    saved = faults._active
+    faults._active = [nan.fault()]
+    try:
+        red = [r for r, status in mutate._run_row(device, BY_NAME["dropout"]).items()
+               if status != "pass"]
+    finally:
+        faults._active = saved
+    assert red and all("/bfloat16/" in r for r in red), red

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import json
 import os
 import random
@@ -383,6 +384,42 @@ def _changed(a, b) -> bool:
     return False
 
 
+@functools.cache
+def writes_self(op: str) -> bool:
+    """Whether ``aten.<name>.<overload>`` writes its first argument (``bernoulli_``,
+    ``clamp_min_``): its answer is that argument, not what it returns."""
+    try:
+        _, name, overload = op.split(".")
+        first = getattr(getattr(torch.ops.aten, name), overload)._schema.arguments[0]
+    except (ValueError, AttributeError, RuntimeError, IndexError):
+        return False
+    return bool(first.alias_info is not None and first.alias_info.is_write)
+
+
+def wrong(op: str, how: Callable[[Any], Any], out: Any) -> Any:
+    """``how`` applied to the op's correct ``out``, as the op's caller sees it (Note [In-place
+    mutants]): an in-place op's wrong answer is written into the tensor it wrote, and one
+    whose wrong answer it could not write there (another shape or dtype) is unchanged."""
+    new = how(out)
+    if not (writes_self(op) and isinstance(out, torch.Tensor) and new is not out):
+        return new
+    if isinstance(new, torch.Tensor) and new.shape == out.shape and new.dtype == out.dtype:
+        with torch.no_grad():
+            out.copy_(new)
+    return out
+
+
+# Note [In-place mutants]
+# ~~~~~~~~~~~~~~~~~~~~~~~
+# An in-place op's callers read the tensor it wrote, not what it returns: dropout calls
+# ``noise.bernoulli_(1 - p)`` and then uses ``noise``. A mutant that only replaced the
+# returned tensor would change nothing a check can see, yet a direct call's answer (its
+# return value) would differ, so it was counted live and survived "met by the checks, not
+# caught". So the wrong answer of an in-place op is written into its first argument, and a
+# wrong shape or dtype, which an in-place op cannot produce, leaves it right (and so is not
+# live). Ops that write through ``out=`` are not in the catalog's calls.
+
+
 # --------------------------------------------------------------------------- mutants
 
 @dataclasses.dataclass(frozen=True)
@@ -408,8 +445,10 @@ class Mutant:
         how = HOWS[self.how]
 
         def transform(out, args, kwargs):
-            new = how(out)
-            if seen is not None and _changed(out, new):
+            before = out.detach().clone() if writes_self(self.op) and isinstance(
+                out, torch.Tensor) else out
+            new = wrong(self.op, how, out)
+            if seen is not None and _changed(before, new):
                 seen["changed"] = seen.get("changed", 0) + 1
             return new
 
@@ -558,9 +597,12 @@ def live(mutant: Mutant, calls: dict[str, list]) -> bool:
             if mutant.dtypes and first is not None and str(first.dtype).removeprefix(
                     "torch.") not in mutant.dtypes:
                 continue
+            if writes_self(mutant.op):  # the recorded call stays as it was recorded
+                probed = _map_tensors(*probed, lambda t: t.clone())
             with torch.no_grad():
                 out = func(*probed[0], **probed[1])
-            if _changed(out, how(out)):
+            before = out.detach().clone() if isinstance(out, torch.Tensor) else out
+            if _changed(before, wrong(mutant.op, how, out)):
                 return True
         except Exception:  # noqa: BLE001 - the op refuses this rewrite of its call
             continue

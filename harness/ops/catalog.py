@@ -824,8 +824,12 @@ CATALOG: tuple[OpEntry, ...] = (
         Sample("max", (I((4, 5), 100, unique=True), T((100, 32), "distinct")), {"mode": "max"}),
         Sample("odd257", (I((3, 9), 257), T((257, 17))), {"mode": "mean"}),
         # a frozen table (inference, a frozen embedding) takes the forward-only kernel,
-        # here with 2049 indices: past the 2^11 bound where kernels change strategy
-        Sample("frozen", (I((683, 3), 100), T((100, 32), grad=False)), {"mode": "mean"}),
+        # here with 2049 indices and 6400 weights: past the 2^11 and 2^12 bounds where
+        # kernels change strategy
+        Sample("frozen", (I((683, 3), 200), T((200, 32), grad=False)), {"mode": "mean"}),
+        # and a frozen table that is a view into a larger buffer (a shard of a fused one)
+        Sample("frozen_offset", (I((8, 3), 200), T((200, 32), grad=False, layout="offset")),
+               {"mode": "sum"}),
         Sample("large", (I((256, 64), 30000), T((30000, 64))), {"mode": "sum"}, slow=True))),
     E("one_hot", F.one_hot, (
         Sample("typical", (I((16,), 10), 10)), Sample("odd257", (I((3, 7), 257), 257)),
