@@ -219,7 +219,23 @@ ARGMAX_SKIPS_NAN = perturb_op(
     checks=(f"{SPECIALS}[argmax-float32]",),
 )
 
-FAULTS += [CLAMP_NAN_TO_BOUND, ARGMAX_SKIPS_NAN]
+
+
+def _cat_flushes_negative_zero(out, args, kwargs):
+    if not out.is_floating_point():
+        return out
+    return torch.where(out == 0, torch.zeros_like(out), out)  # -0 == 0: both become +0
+
+
+CAT_FLUSHES_NEGATIVE_ZERO = perturb_op(
+    "ops.cat_flushes_negative_zero", family="ops",
+    description="aten.cat writes -0 as +0 (a copy through a format conversion that "
+                "canonicalises zeros; IEEE copy keeps the sign); every other value is right",
+    op="aten.cat", transform=_cat_flushes_negative_zero,
+    checks=(f"{SPECIALS}[cat-float32]",),
+)
+
+FAULTS += [CLAMP_NAN_TO_BOUND, ARGMAX_SKIPS_NAN, CAT_FLUSHES_NEGATIVE_ZERO]
 
 
 # ---- a matrix unit that rounds its output toward zero (Note [Error balance] in
