@@ -493,17 +493,23 @@ def _summed(parts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     return total, absum
 
 
+def _sum_or_average(op: str, parts: list[np.ndarray], ws: int):
+    """(expected, bound) of a sum over the ranks' ``parts``, divided by ``ws`` for an
+    ``_avg`` op (integer division for integers, which have no bound)."""
+    total, absum = _summed(parts)
+    if not op.endswith("_avg"):
+        return total, absum
+    if total.dtype == np.int64:
+        return total // ws, None
+    return total / ws, absum / ws
+
+
 def _reference(op: str, inputs: list[np.ndarray], rank: int, ws: int, size: int):
     """(expected, error bound per element) from every rank's input, in float64/int64; each
     op reads only the parts of the inputs its answer holds (a 1M-element collective at
     world size 4 is otherwise most of the family's time)."""
     if op in ("all_reduce_sum", "all_reduce_avg"):
-        total, absum = _summed(inputs)
-        if op == "all_reduce_sum":
-            return total, absum
-        if total.dtype == np.int64:
-            return total // ws, None
-        return total / ws, absum / ws
+        return _sum_or_average(op, inputs, ws)
     if op == "all_reduce_max":
         return np.maximum.reduce(inputs), None
     if op in ("all_gather", "all_gather_into_tensor"):
@@ -522,12 +528,7 @@ def _reference(op: str, inputs: list[np.ndarray], rank: int, ws: int, size: int)
         return np.concatenate(parts), None
     if op == "reduce_scatter" or op.startswith("reduce_scatter_tensor"):
         chunk = inputs[0].shape[0] // ws
-        total, absum = _summed([x[rank * chunk:(rank + 1) * chunk] for x in inputs])
-        if op.endswith("_avg"):
-            if total.dtype == np.int64:
-                return total // ws, None
-            return total / ws, absum / ws
-        return total, absum
+        return _sum_or_average(op, [x[rank * chunk:(rank + 1) * chunk] for x in inputs], ws)
     raise ValueError(op)
 
 

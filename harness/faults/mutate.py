@@ -396,17 +396,20 @@ def writes_self(op: str) -> bool:
     return bool(first.alias_info is not None and first.alias_info.is_write)
 
 
-def wrong(op: str, how: Callable[[Any], Any], out: Any) -> Any:
-    """``how`` applied to the op's correct ``out``, as the op's caller sees it (Note [In-place
-    mutants]): an in-place op's wrong answer is written into the tensor it wrote, and one
-    whose wrong answer it could not write there (another shape or dtype) is unchanged."""
+def wrong(op: str, how: Callable[[Any], Any], out: Any) -> tuple[Any, bool]:
+    """``(answer, changed)``: ``how`` applied to the op's correct ``out``, as the op's caller
+    sees it, and whether that differs from ``out`` (Note [In-place mutants]): an in-place
+    op's wrong answer is written into the tensor it wrote, and one whose wrong answer it
+    could not write there (another shape or dtype) is unchanged."""
     new = how(out)
+    changed = _changed(out, new)
     if not (writes_self(op) and isinstance(out, torch.Tensor) and new is not out):
-        return new
+        return new, changed
     if isinstance(new, torch.Tensor) and new.shape == out.shape and new.dtype == out.dtype:
         with torch.no_grad():
             out.copy_(new)
-    return out
+        return out, changed
+    return out, False
 
 
 # Note [In-place mutants]
@@ -445,10 +448,8 @@ class Mutant:
         how = HOWS[self.how]
 
         def transform(out, args, kwargs):
-            before = out.detach().clone() if writes_self(self.op) and isinstance(
-                out, torch.Tensor) else out
-            new = wrong(self.op, how, out)
-            if seen is not None and _changed(before, new):
+            new, changed = wrong(self.op, how, out)
+            if seen is not None and changed:
                 seen["changed"] = seen.get("changed", 0) + 1
             return new
 
@@ -601,8 +602,7 @@ def live(mutant: Mutant, calls: dict[str, list]) -> bool:
                 probed = _map_tensors(*probed, lambda t: t.clone())
             with torch.no_grad():
                 out = func(*probed[0], **probed[1])
-            before = out.detach().clone() if isinstance(out, torch.Tensor) else out
-            if _changed(before, wrong(mutant.op, how, out)):
+            if wrong(mutant.op, how, out)[1]:
                 return True
         except Exception:  # noqa: BLE001 - the op refuses this rewrite of its call
             continue

@@ -220,7 +220,6 @@ ARGMAX_SKIPS_NAN = perturb_op(
 )
 
 
-
 def _cat_flushes_negative_zero(out, args, kwargs):
     if not out.is_floating_point():
         return out
