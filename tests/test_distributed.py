@@ -143,13 +143,15 @@ def test_launch_port_is_released_afterwards(troubled_launch):
         sock.bind(("127.0.0.1", result.port))
 
 
-def test_ranks_die_when_the_launcher_is_killed(tmp_path):
-    """PR_SET_PDEATHSIG: a launcher killed with SIGKILL leaves no rank behind."""
+@pytest.mark.parametrize("started", ["script", "python -c"])
+def test_ranks_die_when_the_launcher_is_killed(tmp_path, started):
+    """PR_SET_PDEATHSIG: a launcher killed with SIGKILL leaves no rank behind, whether its
+    ranks are fresh interpreters (a user's script) or forks of the fork server
+    (``python -c``: Note [Ranks from a fork server])."""
     out = tmp_path / "ranks"
     sleeper = tmp_path / "sleeper.py"
     sleeper.write_text("import time\n\ndef sleep_forever(ctx):\n    time.sleep(3600)\n")
-    script = tmp_path / "launcher.py"
-    script.write_text(textwrap.dedent(f"""
+    program = textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {str(ROOT)!r})
         from harness.device import Device
@@ -157,8 +159,11 @@ def test_ranks_die_when_the_launcher_is_killed(tmp_path):
         check = SubCheck("sleep", "sleeper:sleep_forever", {{}}, {str(sleeper)!r})
         launch([check], 2, Device("cpu"), timeout=600, out_dir={str(out)!r},
                port_attempts=1)
-    """))
-    launcher = subprocess.Popen([sys.executable, str(script)], start_new_session=True)
+    """)
+    script = tmp_path / "launcher.py"
+    script.write_text(program)
+    argv = [str(script)] if started == "script" else ["-c", program]
+    launcher = subprocess.Popen([sys.executable, *argv], start_new_session=True)
     try:
         deadline = time.monotonic() + 60
         pids = []
@@ -177,6 +182,47 @@ def test_ranks_die_when_the_launcher_is_killed(tmp_path):
         if launcher.poll() is None:
             os.killpg(launcher.pid, signal.SIGKILL)
             launcher.wait()
+
+
+def reports_its_process(ctx):
+    import torch
+
+    return {"threads": torch.get_num_threads(), "rank_env": os.environ.get("RANK"),
+            "harness_rank": os.environ.get("HARNESS_RANK"), "cwd": os.getcwd(),
+            "world": os.environ.get("WORLD_SIZE"), "parent": os.getppid()}
+
+
+def test_forked_ranks_start_as_fresh_ones_would(monkeypatch):
+    """Note [Ranks from a fork server]: a forked CPU rank gets the environment, thread count
+    and folder a fresh interpreter gets; HARNESS_DIST_SUBPROCESS=1 starts fresh ones."""
+    from harness.distributed import launcher
+
+    assert launcher._main_reruns_safely()  # this test process runs as `python -m pytest`
+    seen = {}
+    for fresh in ("0", "1"):
+        monkeypatch.setenv("HARNESS_DIST_SUBPROCESS", fresh)
+        result = launch(SubCheck.of(reports_its_process), 2, Device("cpu"), timeout=60)
+        values = [r.results["reports_its_process"]["value"] for r in result.ranks]
+        parents = {v.pop("parent") for v in values}
+        assert (os.getpid() in parents) == (fresh == "1")  # forks are the server's children
+        seen[fresh] = values
+    assert seen["0"] == seen["1"]
+    assert [v["harness_rank"] for v in seen["0"]] == ["0", "1"]
+    assert {v["rank_env"] for v in seen["0"]} == {None}  # Note [Fallbacks on every rank]
+    assert seen["0"][0]["threads"] == max(1, (os.cpu_count() or 1) // 2)
+
+
+def test_a_users_script_is_never_run_again_in_a_rank(monkeypatch):
+    """multiprocessing would run a script's unguarded top level again in every forked
+    child; such a program's ranks start as fresh interpreters."""
+    from harness.distributed import launcher
+
+    fake_main = type(sys)("__main__")
+    fake_main.__file__ = "/home/user/train.py"
+    fake_main.__spec__ = None
+    monkeypatch.setitem(sys.modules, "__main__", fake_main)
+    assert not launcher._main_reruns_safely()
+    assert launcher._fork_context(Device("cpu"), None) is None
 
 
 def test_planner_runs_all_cases_of_a_world_size_in_one_launch(monkeypatch):

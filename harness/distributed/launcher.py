@@ -148,7 +148,9 @@ def _launch_once(plan: list[SubCheck], world_size: int, device, *, timeout: floa
                      "GROUP_RANK": "0", "OMP_NUM_THREADS": str(threads),
                      "PYTHONPATH": os.pathsep.join(python_path),
                      SPEC_ENV: str(os.getpid()), "PYTHONUNBUFFERED": "1"})
-    procs: list[subprocess.Popen] = []
+    argv = ["--spec", str(spec_path), "--out", str(out)]
+    server = _fork_context(device, env)
+    procs: list = []
     logs = []
     start, began = time.monotonic(), time.time()
     timed_out, why = False, None
@@ -156,12 +158,16 @@ def _launch_once(plan: list[SubCheck], world_size: int, device, *, timeout: floa
     try:
         for rank in range(world_size):
             rank_env = dict(base_env, RANK=str(rank), LOCAL_RANK=str(rank))
+            if server is not None:  # Note [Ranks from a fork server]
+                procs.append(_Forked.start(server, argv, rank_env, threads,
+                                           out / f"rank{rank}.log"))
+                continue
             log = open(out / f"rank{rank}.log", "wb")  # noqa: SIM115 - closed in finally
             logs.append(log)
             procs.append(subprocess.Popen(
-                [sys.executable, "-m", "harness.distributed", "--spec", str(spec_path),
-                 "--out", str(out)], cwd=str(ROOT), env=rank_env, stdout=log,
-                stderr=subprocess.STDOUT, preexec_fn=stopping.child_preexec()))
+                [sys.executable, "-m", "harness.distributed", *argv], cwd=str(ROOT),
+                env=rank_env, stdout=log, stderr=subprocess.STDOUT,
+                preexec_fn=stopping.child_preexec()))
         why = _watch(procs, out, timeout, max(timeout, startup_timeout))
         timed_out = why is not None
         if timed_out:
@@ -182,6 +188,119 @@ def _launch_once(plan: list[SubCheck], world_size: int, device, *, timeout: floa
     return LaunchResult(world_size, device.dist_backend, port, reports, [c.name for c in plan],
                         timed_out, timeout, time.monotonic() - start, str(out), why or "",
                         began)
+
+
+# Note [Ranks from a fork server]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# A rank started as ``python -m harness.distributed`` spends about 2 s importing torch
+# and ``torch._dynamo`` (its first optimizer imports it) before its first collective; four
+# ranks on two cores are 4 s of every launch. CPU ranks are therefore forked from the
+# process's fork server (Note [One fork server] in harness/forkserver.py), which has
+# imported torch, torch.distributed and torch._dynamo and nothing of the harness, and has
+# run no torch op. The child then does what the fresh interpreter would have: the rank's
+# environment replaces the server's (read by torch.distributed and the harness, which the
+# child imports, from then on), its intra-op threads are set as OMP_NUM_THREADS would have
+# set them, stdout and stderr go to the rank's log, it dies with its parent (the server,
+# which leaves when the launcher does), and runs the same rank program
+# (harness.distributed.__main__.main with the same arguments). What differs is what the
+# rank inherits that a fresh interpreter draws anew: the server's hash seed and Python's
+# own ``random`` state (the checks seed torch, and draw from nothing else). Accelerator
+# ranks are never forked (a device runtime does not survive fork), nor a launch given
+# environment overrides (torch may read them at import), nor where
+# HARNESS_DIST_SUBPROCESS=1; those start fresh interpreters, as torchrun would. So are
+# ranks of a program whose main module multiprocessing would run again in every child
+# (a script of the user's that calls launch(): its unguarded top level would launch
+# again); a module run with ``python -m`` (pytest, the harness's CLI), ``python -c`` and
+# a console script pip wrote (``pytest``: its call is behind ``if __name__ ==
+# "__main__"``) are safe.
+
+RANK_PRELOAD = ("torch", "torch.distributed", "torch._dynamo")
+"""What the ranks' fork server imports (nothing of the harness: Note [One fork server])."""
+
+
+def _main_reruns_safely() -> bool:
+    """Whether multiprocessing may prepare a child from this program's main module
+    (Note [Ranks from a fork server])."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None:  # `python -m NAME`: a package's __main__ is never run again
+        return spec.name == "__main__" or spec.name.endswith(".__main__")
+    path = getattr(main, "__file__", None)
+    if path is None:  # python -c, an interactive session
+        return True
+    import sysconfig
+
+    scripts = sysconfig.get_path("scripts")
+    return bool(scripts) and os.path.dirname(os.path.abspath(path)) == os.path.abspath(scripts)
+
+
+def _fork_context(device, env: Optional[dict]):
+    if device.type != "cpu" or env or not _main_reruns_safely():
+        return None
+    from harness import forkserver
+
+    return forkserver.context(RANK_PRELOAD, off_variable="HARNESS_DIST_SUBPROCESS")
+
+
+def _forked_rank(argv: list[str], env: dict, threads: int, log: str) -> None:
+    """A rank forked from the fork server (Note [Ranks from a fork server])."""
+    from harness import forkserver
+
+    forkserver.forked_child()
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    os.environ.clear()
+    os.environ.update(env, **{SPEC_ENV: str(os.getppid())})  # its parent is the server
+    os.chdir(ROOT)
+    import torch
+
+    torch.set_num_threads(threads)
+    from harness.distributed.__main__ import main
+
+    code = 3
+    try:
+        code = main(argv)
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)  # Note [Rank exit] in harness.distributed.rank
+
+
+class _Forked:
+    """A forked rank, answering the part of ``subprocess.Popen`` the launcher uses."""
+
+    def __init__(self, process) -> None:
+        self._process = process
+        self.pid = process.pid
+
+    @classmethod
+    def start(cls, server, argv: list[str], env: dict, threads: int, log: Path) -> "_Forked":
+        process = server.Process(target=_forked_rank, args=(argv, env, threads, str(log)),
+                                 daemon=False)
+        process.start()
+        return cls(process)
+
+    @property
+    def returncode(self) -> Optional[int]:
+        return self._process.exitcode
+
+    def poll(self) -> Optional[int]:
+        return self._process.exitcode
+
+    def send_signal(self, signum: int) -> None:
+        os.kill(self.pid, signum)
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+
+    def wait(self, timeout: Optional[float] = None) -> int:
+        self._process.join(timeout)
+        if self._process.exitcode is None:
+            raise subprocess.TimeoutExpired("rank", timeout)
+        return self._process.exitcode
 
 
 def _progress_key(out: Path, world_size: int) -> tuple:

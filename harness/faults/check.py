@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
-from harness import stopping
+from harness import forkserver, stopping
 from harness.faults import ENV_VAR, Fault
 
 
@@ -105,23 +105,11 @@ PRELOAD = ("torch", "torch._dynamo", "numpy", "pytest", "hypothesis", "harness.p
            "harness.ops.catalog", "harness.training", "harness.memory", "harness.distributed")
 """Modules the fork server imports once (Note [Fault runs from a fork server])."""
 
-_CONTEXT = None
-
 
 def _fork_context():
-    """The forkserver context, started on first use; None where fork is unavailable."""
-    global _CONTEXT
-    if os.environ.get("HARNESS_FAULTS_SUBPROCESS") == "1":
-        return None
-    if _CONTEXT is None:
-        import multiprocessing
-
-        if "forkserver" not in multiprocessing.get_all_start_methods():
-            return None
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(list(PRELOAD))
-        _CONTEXT = context
-    return _CONTEXT
+    """The fork server's context (Note [One fork server] in :mod:`harness.forkserver`);
+    None where runs start as fresh interpreters."""
+    return forkserver.context(PRELOAD, off_variable="HARNESS_FAULTS_SUBPROCESS")
 
 
 def _pytest_args(args: Sequence[str], results_dir: Path) -> list[str]:
@@ -132,7 +120,7 @@ def _pytest_args(args: Sequence[str], results_dir: Path) -> list[str]:
 def _child(args: list[str], root: str, env: dict, log: str) -> None:
     """A forked run: own session, the run's environment and folder, pytest in-process."""
     os.setsid()
-    stopping.die_with_parent()  # Note [SIGTERM is an interrupt]: ends with the fork server
+    forkserver.forked_child()  # Note [One fork server]: ends with the fork server
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
