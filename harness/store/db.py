@@ -235,7 +235,7 @@ class Store:
                 pk = int(conn.execute(schema.runs.insert().values(**row)).inserted_primary_key[0])
                 record_ids = {rid: schema.name_id("r", rid) for rid in run.records}
                 if run.records:
-                    conn.execute(schema.records.insert(), [
+                    _insert_many(conn, schema.records.insert(), [
                         {"run_pk": pk, "record": record_ids[rid], "status": str(rec.status)}
                         for rid, rec in run.records.items()])
                 self._put_series(conn, pk, series, record_ids)
@@ -271,8 +271,7 @@ class Store:
             names = [{"id": record_ids[rid], "kind": "r", "name": rid} for rid in record_ids]
             names += [{"id": int(i), "kind": kind, "name": name}
                       for i, (kind, name, _, _) in zip(ids, series)]
-            for start in range(0, len(names), 20000):
-                conn.execute(_insert_ignoring(conn, schema.names), names[start:start + 20000])
+            _insert_many(conn, _insert_ignoring(conn, schema.names), names)
             conn.execute(_insert_ignoring(conn, schema.layouts).values(
                 digest=digest, ids=zlib.compress(ids.tobytes(), COMPRESSION),
                 kinds=zlib.compress(kinds, COMPRESSION)))
@@ -426,6 +425,28 @@ class Store:
                 return False
 
         return _Reading()
+
+
+def _insert_many(conn, statement, rows: list[dict]) -> None:
+    """Insert ``rows`` (dicts with the same keys) with one executemany of the driver.
+
+    Note [Many rows, one statement]: a run's first write of a layout interns about 250,000
+    names; through ``conn.execute(statement, rows)`` SQLAlchemy builds the parameters of
+    every row in Python (1.0 s of a 3.0 s write on a Zen 5), while the driver's own
+    executemany takes 0.5 s. So the statement is compiled once for the connection's
+    dialect, as SQLAlchemy would, and the rows go to the driver in its paramstyle
+    (positional tuples or named dicts): the same SQL on every backend.
+    """
+    if not rows:
+        return
+    keys = list(rows[0])
+    compiled = statement.compile(dialect=conn.dialect, column_keys=keys)
+    if compiled.positional:
+        order = [compiled.binds[name].key for name in compiled.positiontup]
+        params: list = [tuple(row[key] for key in order) for row in rows]
+    else:
+        params = rows
+    conn.exec_driver_sql(compiled.string, params)
 
 
 def _insert_ignoring(conn, table):
