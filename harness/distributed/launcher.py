@@ -242,6 +242,17 @@ def _fork_context(device, env: Optional[dict]):
     return forkserver.context(RANK_PRELOAD, off_variable="HARNESS_DIST_SUBPROCESS")
 
 
+def warm_up(device) -> bool:
+    """Start the ranks' fork server now, so that its imports overlap the tests run before
+    the first launch (it is started by the first launch otherwise); True when it runs."""
+    if _fork_context(device, None) is None:
+        return False
+    from multiprocessing import forkserver as mp_forkserver
+
+    mp_forkserver.ensure_running()
+    return True
+
+
 def _forked_rank(argv: list[str], env: dict, threads: int, log: str) -> None:
     """A rank forked from the fork server (Note [Ranks from a fork server])."""
     from harness import forkserver

@@ -14,7 +14,8 @@ from typing import Optional
 
 import pytest
 
-from harness.distributed import DistCase, Planner, one_at_a_time
+from harness.distributed import DistCase, Planner, launcher, one_at_a_time
+from harness.plugin import STATE
 
 SHARED_FOLDER = "harness-dist-launches"
 
@@ -26,6 +27,14 @@ def _selected_cases(session: pytest.Session) -> list[DistCase]:
         if callspec is not None:
             cases += [value for value in callspec.params.values() if isinstance(value, DistCase)]
     return cases
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the ranks' fork server while the families collected before this one run
+    (Note [Ranks from a fork server] in harness/distributed/launcher.py)."""
+    state = session.config.stash.get(STATE, None)
+    if state is not None and _selected_cases(session):
+        launcher.warm_up(state.device)
 
 
 @pytest.fixture(scope="session")
