@@ -26,6 +26,7 @@ from harness.ops.stats import dropout_judge
 FI = FLOATS + INTS  # ops that also take integer tensors
 F32 = ("float32",)  # ops the CPU reference implements in fp32 only (see each note)
 LARGE = (1024, 1024)  # 1,048,576 elements
+BAND_SIZES = ((1 << 11) + 1, (1 << 13) + 1, (1 << 16) + 1)  # Note [Size bands of every row]
 
 
 # ------------------------------------------------------------------------- templates
@@ -118,6 +119,16 @@ def loss(input_domain="normal", target_domain="normal", *, target_grad=False, ex
         samples.append(Sample("empty", (T((0, 64), input_domain),
                                         T((0, 64), target_domain, grad=target_grad)),
                               {"reduction": "sum"}))
+    # both operands transposed, in fp32: the loss's elementwise part keeps their layout, so
+    # its inner reduction runs on a transposed intermediate (the ``noncontig`` sample
+    # transposes the input only, and the result is laid out like the target), and with
+    # reduction="none" the loss's own output is transposed (faults mutate: mean.default
+    # inside hinge_embedding_loss, smooth_l1_loss's output)
+    both = (T((33, 17), input_domain, noncontig=True),
+            T((33, 17), target_domain, grad=target_grad, noncontig=True))
+    samples += [Sample("transposed_both", both, dtypes=("float32",)),
+                Sample("transposed_both_none", both, {"reduction": "none"},
+                       dtypes=("float32",))]
     samples += list(extra)
     samples.append(Sample("large", (T(LARGE, input_domain),
                                     T(LARGE, target_domain, grad=target_grad)), slow=True))
@@ -582,6 +593,10 @@ CATALOG: tuple[OpEntry, ...] = (
     E("cosine_embedding_loss", F.cosine_embedding_loss, (
         Sample("typical", (T((16, 64)), T((16, 64)), T((16,), "nonzero", grad=False))),
         Sample("odd257", (T((3, 257)), T((3, 257)), T((3,), "nonzero", grad=False))),
+        # N in each size band (Note [Size bands of every row]): its per-pair intermediates
+        # (zeros_like, where) are N long, in fp32
+        *(Sample(f"band{n}", (T((n, 2)), T((n, 2)), T((n,), "nonzero", grad=False)),
+                 dtypes=("float32",)) for n in BAND_SIZES),
         Sample("large", (T(LARGE), T(LARGE), T((1024,), "nonzero", grad=False)), slow=True))),
     E("triplet_margin_loss", F.triplet_margin_loss, (
         Sample("typical", (T((16, 64)), T((16, 64)), T((16, 64)))),
@@ -690,7 +705,9 @@ CATALOG: tuple[OpEntry, ...] = (
     E("isclose", torch.isclose, binary(), backward=False),
     # ---- reductions
     E("sum", torch.sum, reduction(), dtypes=FI),
-    E("mean", torch.mean, reduction()),
+    # a global average pool (mean over H, W of NCHW): its first 4-d sample, so the layout
+    # samples run it channels_last too (faults mutate: mean.dim wrong only there survived)
+    E("mean", torch.mean, (*reduction(), Sample("spatial", (T((2, 8, 4, 5)),), {"dim": (2, 3)}))),
     # the NaN-ignoring twins of sum / mean / median: without a NaN they equal their twin,
     # so only the special-value samples (harness.ops.specials) tell them apart
     E("nansum", torch.nansum, reduction()),
@@ -763,7 +780,12 @@ CATALOG: tuple[OpEntry, ...] = (
         Sample("odd257", (T((257, 3)), 0, I((300,), 257))),
         Sample("noncontig", (T((33, 17), noncontig=True), 1, I((9,), 17))),
         Sample("empty", (T((16, 64)), 0, I((0,), 16))),
-        # a gather kernel's strategy changes with the source's size (faults mutate)
+        # a gather kernel's strategy changes with the source's size (faults mutate); the
+        # lower bands (Note [Size bands of every row]) in fp32
+        Sample("past1024", (T(((1 << 11) + 1,)), 0, I((100,), (1 << 11) + 1)),
+               dtypes=("float32",)),
+        Sample("past4096", (T(((1 << 13) + 1,)), 0, I((100,), (1 << 13) + 1)),
+               dtypes=("float32",)),
         Sample("past65536", (T(((1 << 16) + 1,)), 0, I((100,), (1 << 16) + 1))),
         Sample("large", (T(LARGE), 0, I((1024,), 1024)), slow=True)),
       dtypes=FI),
@@ -804,6 +826,9 @@ CATALOG: tuple[OpEntry, ...] = (
         Sample("typical", (T((16, 64)), M((16, 64)))),
         Sample("bcast_mask", (T((4, 16, 64)), M((16, 64)))),
         Sample("odd257", (T((3, 257)), M((3, 257)))),
+        # one size in each band (Note [Size bands of every row]: a mask is no T, so the
+        # row gets none derived), in fp32
+        *(Sample(f"band{n}", (T((n,)), M((n,))), dtypes=("float32",)) for n in BAND_SIZES),
         Sample("large", (T(LARGE), M(LARGE)), slow=True)), dtypes=FI),
     E("where", torch.where, (
         Sample("typical", (M((16, 64)), T((16, 64)), T((16, 64)))),
@@ -931,6 +956,10 @@ CATALOG: tuple[OpEntry, ...] = (
         Sample("typical", (T((16, 64), "distinct"), 5), {"dim": 1}),
         Sample("odd257", (T((3, 257), "distinct"), 100), {"dim": -1}),
         Sample("noncontig", (T((33, 17), "distinct", noncontig=True), 3), {"dim": 0}),
+        # a selection kernel's strategy changes with the size (faults mutate: wrong only past
+        # 2^16 survived), in fp32
+        Sample("past65536", (T(((1 << 16) + 1,), "distinct"), 100), {"dim": 0},
+               dtypes=("float32",)),
         Sample("large", (T(LARGE), 8), {"dim": 1}, slow=True)), dtypes=FI),
     E("median", torch.median, (
         Sample("typical", (T((16, 64), "distinct"),), {"dim": 1}),
@@ -950,6 +979,9 @@ CATALOG: tuple[OpEntry, ...] = (
         Sample("odd257", (T((3, 257), "nonzero"),), {"p": 0.3, "training": True}),
         Sample("noncontig", (T((33, 17), "nonzero", noncontig=True),), {"p": 0.2, "training": True}),
         Sample("empty", (T((0, 64), "nonzero"),), {"p": 0.5, "training": True}),
+        # past 1024 elements (a judged row gets no band samples derived), in fp32
+        Sample("band2049", (T(((1 << 11) + 1,), "nonzero"),), {"p": 0.5, "training": True},
+               dtypes=("float32",)),
         Sample("large", (T(LARGE, "nonzero"),), {"p": 0.1, "training": True}, slow=True)),
       judge=dropout_judge()),
     E("dropout2d", F.dropout2d, (
@@ -980,6 +1012,8 @@ CATALOG: tuple[OpEntry, ...] = (
     E("clip_grad_value_", _clip_grad_value, (
         Sample("typical", ([T((16, 64), grad=False), T((64,), grad=False)],)),
         Sample("odd257", ([T((3, 257), grad=False)],), {"clip_value": 0.125}),
+        # one gradient in each size band (it clamps each tensor alone), in fp32
+        Sample("bands", ([T((n,), grad=False) for n in BAND_SIZES],), dtypes=("float32",)),
         Sample("large", ([T(LARGE, grad=False)],), slow=True)), backward=False),
     # ---- misc training ops
     E("cosine_similarity", F.cosine_similarity, binary()),
@@ -1205,7 +1239,8 @@ def _relaid(sample: Sample, name: str, pick, layout: str, dtypes=None, **change)
 # dtypes, forward and backward (Note [Argument layouts] in harness.ops.spec). Every row
 # with a tensor argument gets its first plain sample with its first tensor (a list's
 # first: _foreach_*, cat; past an index or a mask: embedding's weight) an offset view and,
-# unless its values must be distinct (a stride-0 view repeats them), an
+# unless its values must be distinct (a stride-0 view repeats them; pooling rows,
+# WINDOWED, need them distinct only within a window, which the repeat along dim 0 keeps), an
 # expanded view, in its first dtype only: a kernel that mishandles strides or the
 # storage offset is wrong whatever the dtype, and the default run's budget is seconds.
 # Rows that write into their argument (names ending in ``_``) keep their own layouts.
@@ -1221,6 +1256,16 @@ LAYOUT_REFUSES: dict[str, str] = {
                 "channels_last input (torch 2.13): no reference",
 }
 """Rows without channels_last samples, and why (Note [Layout samples])."""
+
+WINDOWED = frozenset((
+    "max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d",
+    "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d",
+    "adaptive_max_pool1d", "adaptive_max_pool2d"))
+"""Rows whose values must be distinct only within a window of one (batch, channel) plane
+(pooling: ties would make a max's index the kernel's choice), so an expanded view, which
+repeats values along dim 0 only, keeps them distinct where the op compares them and they
+get their expanded sample (faults mutate: avg_pool3d and max_pool2d wrong only for an
+expanded input survived; Note [Layout samples])."""
 
 
 def _transposed(spec):
@@ -1261,7 +1306,8 @@ def layout_samples(entry: OpEntry) -> tuple[Sample, ...]:
     if first is not None and first.shape:
         dtypes = (entry.dtypes[0],)
         out.append(_relaid(sample, "offset", lambda t: t is first, "offset", dtypes))
-        if first.domain not in ("distinct", "ties") and first.shape[0] > 1:
+        if ((first.domain not in ("distinct", "ties") or entry.name in WINDOWED)
+                and first.shape[0] > 1):
             # no gradient through the broadcast: it is a sum over dim 0, not the row's own
             # (exact for a copy) standard
             out.append(_relaid(sample, "expanded", lambda t: t is first, "expanded", dtypes,
@@ -1377,7 +1423,6 @@ SLOW_SIZE_SAMPLES: dict[str, tuple[Sample, ...]] = {
 # A row taking lists of tensors (_foreach_*, cat, stack) gets one sample per band whose
 # lists each hold two 1-d tensors of that size. The third band, 2^16 + 1, closed the
 # (65536, 1048576] column of the kill matrix (0 of 14 killed before, docs/mutants.md).
-BAND_SIZES = ((1 << 11) + 1, (1 << 13) + 1, (1 << 16) + 1)
 
 
 BAND_REFUSES: dict[str, str] = {

@@ -234,7 +234,9 @@ SEMANTICS: dict[str, Semantics] = {
              "adaptive_max_pool2d"), NAN_INF, POOL),
     "clip_grad_norm_": Semantics(NAN_INF, CLIP_NORM, samples=("clipping",)),
     # the specials of a _foreach row stay on its "typical" lists, whatever sample is first
-    **_rows(_FOREACH, NAN_INF, FOREACH, samples=("typical",)),
+    # "same_shape" too: a kernel that mixes up a list's same-shaped tensors when one holds a
+    # NaN (faults mutate: _foreach_exp and _foreach_sign swapping them survived)
+    **_rows(_FOREACH, NAN_INF, FOREACH, samples=("typical", "same_shape")),
     # moves, copies, pads, counts
     **_rows(_MOVES, ALL, COPY),
     # their samples have too few rows for the cycle to reach a -0 (tests/test_ops_specials.py)
