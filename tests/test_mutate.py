@@ -92,7 +92,18 @@ def test_cli_json_has_the_counts(monkeypatch, capsys):
                       ("aten._cdist_forward.default", "cdist"))],
     # the first tensor past an index: embedding's weight
     ("aten.embedding.default", "embedding", "layout:expanded", "_expanded"),
-    ("aten.embedding.default", "embedding", "layout:offset", "_offset")])
+    ("aten.embedding.default", "embedding", "layout:offset", "_offset"),
+    # seeds 3-5's survivors (docs/mutants.md)
+    ("aten.avg_pool3d.default", "avg_pool3d", "layout:expanded", "_expanded"),
+    ("aten.max_pool2d_with_indices.default", "max_pool2d", "layout:expanded", "_expanded"),
+    ("aten.mean.dim", "mean", "layout:channels_last", "spatial_channels_last"),
+    ("aten.mean.default", "hinge_embedding_loss", "layout:transposed", "/transposed_both"),
+    ("aten.index_select.default", "index_select", "size:(1024,4096]", "/past1024"),
+    ("aten.masked_select.default", "masked_select", "size:(4096,65536]", "/band8193"),
+    ("aten.kthvalue.default", "kthvalue", "size:(65536,1048576]", "/past65536"),
+    ("aten.bernoulli_.float", "dropout", "size:(1024,4096]", "/band2049"),
+    ("aten.clamp_.default", "clip_grad_value_", "size:(65536,1048576]", "/bands"),
+    ("aten.zeros_like.default", "cosine_embedding_loss", "size:(1024,4096]", "/band2049")])
 def test_a_kernel_wrong_only_when_called_one_way_fails_that_sample(op, row, condition, sample):
     """Note [Size bands of every row], Note [Layout samples]: a kernel wrong only for
     inputs in one size band, or only for a transposed, expanded or offset operand, fails
@@ -141,3 +152,23 @@ def test_an_in_place_ops_wrong_answer_is_written_where_its_callers_read_it():
     finally:
         faults._active = saved
     assert red and all("/bfloat16/" in r for r in red), red
+
+
+def test_a_foreach_kernel_that_swaps_same_shaped_tensors_holding_a_nan_fails_its_specials():
+    """A _foreach kernel that swaps its first two outputs when an input holds a NaN is wrong
+    only on lists whose first two tensors share a shape (a swap of two shapes is no answer
+    it can give): the specials of the row's ``same_shape`` sample catch it, and only they."""
+    from harness import faults
+    from harness.ops import BY_NAME
+
+    device, _ = dev.select("cpu")
+    entry = BY_NAME["_foreach_exp"]
+    saved = faults._active
+    faults._active = [mutate.Mutant("aten._foreach_exp.default", "value:nonfinite", "swap",
+                                    ("_foreach_exp",)).fault()]
+    try:
+        faulted = mutate._run_row(device, entry)
+    finally:
+        faults._active = saved
+    red = sorted(record for record, status in faulted.items() if status != "pass")
+    assert red and all("specials_same_shape" in record for record in red), red

@@ -1012,8 +1012,10 @@ CATALOG: tuple[OpEntry, ...] = (
     E("clip_grad_value_", _clip_grad_value, (
         Sample("typical", ([T((16, 64), grad=False), T((64,), grad=False)],)),
         Sample("odd257", ([T((3, 257), grad=False)],), {"clip_value": 0.125}),
-        # one gradient in each size band (it clamps each tensor alone), in fp32
-        Sample("bands", ([T((n,), grad=False) for n in BAND_SIZES],), dtypes=("float32",)),
+        # one gradient in each size band, on the path that clamps each tensor alone
+        # (clamp_; the default path is _foreach_clamp_min_/max_), in fp32
+        Sample("bands", ([T((n,), grad=False) for n in BAND_SIZES],), {"foreach": False},
+               dtypes=("float32",)),
         Sample("large", ([T(LARGE, grad=False)],), slow=True)), backward=False),
     # ---- misc training ops
     E("cosine_similarity", F.cosine_similarity, binary()),
