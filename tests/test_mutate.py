@@ -172,3 +172,30 @@ def test_a_foreach_kernel_that_swaps_same_shaped_tensors_holding_a_nan_fails_its
         faults._active = saved
     red = sorted(record for record, status in faulted.items() if status != "pass")
     assert red and all("specials_same_shape" in record for record in red), red
+
+
+@pytest.mark.parametrize("op, row", [("aten.mm.default", "mm"),
+                                     ("aten._cdist_forward.default", "cdist"),
+                                     ("aten.scatter_reduce.two", "scatter_reduce"),
+                                     ("aten.multi_margin_loss.default", "multi_margin_loss")])
+def test_a_kernel_that_changes_shape_on_a_nan_fails_the_nan_shape_sample(op, row):
+    """Note [NaN shape samples]: a row whose NaN values torch leaves open has no special
+    values, yet a kernel that answers a NaN input with another shape fails its NaN-shape
+    sample, and nothing else; a kernel wrong only in values there passes (unjudged)."""
+    from harness import faults
+    from harness.ops import BY_NAME
+
+    device, _ = dev.select("cpu")
+    entry = BY_NAME[row]
+    statuses = {}
+    for how in ("shape", "element"):
+        saved = faults._active
+        faults._active = [mutate.Mutant(op, "value:nonfinite", how, (row,)).fault()]
+        try:
+            statuses[how] = mutate._run_row(device, entry)
+        finally:
+            faults._active = saved
+    red = sorted(record for record, status in statuses["shape"].items() if status != "pass")
+    assert red and all("/fwd/nan_shape_" in record for record in red), red
+    assert any("/nan_shape_" in record for record in statuses["element"])
+    assert all(status == "pass" for status in statuses["element"].values())

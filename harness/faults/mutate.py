@@ -16,7 +16,8 @@ copy-on-write; torch runs one thread per child), at most ``jobs`` at a time. A c
 the default-run checks that exercise the mutated op, through the same functions the suites
 call: the catalog cases of every row whose forward dispatches the op
 (:func:`harness.ops.runner.run_case`), their special-value cases
-(:func:`harness.ops.edge.run_specials`) and, for ``aten.mm``, the run-twice determinism
+(:func:`harness.ops.edge.run_specials`) or NaN-shape cases
+(:func:`harness.ops.edge.run_nan_shape`) and, for ``aten.mm``, the run-twice determinism
 check. A mutant is *killed* when a case that passes clean does not pass with it; it stops
 at the first kill. A mutant no case killed is a *survivor* (a coverage gap, listed) when it
 is live, and *not live* when no call of the op can meet its condition: the parent replays
@@ -514,8 +515,8 @@ def _cases(entry):
 
 
 def _run_row(device, entry, stop: Optional[Callable[[str, str], bool]] = None) -> dict[str, str]:
-    """Statuses of every default-run case of a row (catalog, special values); ``stop(id,
-    status)`` True ends early."""
+    """Statuses of every default-run case of a row (catalog, special values, NaN shapes);
+    ``stop(id, status)`` True ends early."""
     from harness.ops import edge, run_case
     from harness.ops.specials import SEMANTICS
 
@@ -524,6 +525,8 @@ def _run_row(device, entry, stop: Optional[Callable[[str, str], bool]] = None) -
     if entry.name in SEMANTICS:
         runs += [(lambda dt=dt, s=s: edge.run_specials(device, entry, dt, s, 0))
                  for dt in edge.special_dtypes(entry) for s in edge.special_samples(entry)]
+    runs += [(lambda dt=dt, s=s: edge.run_nan_shape(device, entry, dt, s, 0))
+             for dt in edge.nan_shape_dtypes(entry) for s in edge.nan_shape_samples(entry)]
     for run in runs:
         for outcome in run():
             out[outcome.id] = outcome.status

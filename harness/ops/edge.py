@@ -361,3 +361,58 @@ def run_specials(device, entry: OpEntry, dtype: str, sample: Sample, seed: int =
     directions = special_directions(entry, directions)
     return run_case(device, entry, dtype, sample, seed, directions,
                     judges={"fwd": judge_specials(zeros), "bwd": judge_specials(False)})
+
+
+# Note [NaN shape samples]
+# ~~~~~~~~~~~~~~~~~~~~~~~~
+# A row whose NaN behaviour torch leaves open (a BLAS kernel may skip 0 * NaN, a pool's or a
+# loss's footprint varies: harness.ops.specials.REASONS) has no special-value samples, so
+# nothing fed it a NaN, and a kernel that returns another shape whenever an input holds a
+# NaN (``faults mutate``: mm, cdist, scatter_reduce, multi_margin_loss survived so) passed
+# every check. Its values stay unjudged; one NaN sample per row (SHAPE_ONLY), in its first
+# float dtype, forward, is judged on the output's count, shape and dtype, which no NaN
+# semantics can change. Records ``ops/<row>/<dtype>/fwd/nan_shape_<sample>``.
+
+
+def nan_shape_samples(entry: OpEntry) -> tuple[Sample, ...]:
+    """The row's NaN-shape sample (Note [NaN shape samples]): its first default-run sample
+    with elements, NaN in its float tensors; none for a row not in SHAPE_ONLY."""
+    from harness.ops.specials import SHAPE_ONLY
+
+    if entry.name not in SHAPE_ONLY or not nan_shape_dtypes(entry):
+        return ()
+    first = next((s for s in entry.samples if not s.slow and s.dtypes is None and numel(s) > 0),
+                 None)
+    if first is None:
+        return ()
+    sample = Sample(f"nan_shape_{first.name}", tuple(_mark(a, ("nan",)) for a in first.args),
+                    dict(first.kwargs))
+    return (sample,) if _has_specials(sample.args) else ()
+
+
+def nan_shape_dtypes(entry: OpEntry) -> tuple[str, ...]:
+    """The row's first float dtype (a shape is no dtype's own)."""
+    return tuple(d for d in entry.dtypes if d in FLOATS)[:1]
+
+
+def judge_shape(dut, reference, lowp, standard, scale=None):
+    """A judge for :func:`harness.ops.runner.run_case` that leaves values alone: the DUT's
+    output has the reference's shape, and the dtype of the same-dtype reference where there
+    is one (Note [NaN shape samples])."""
+    wrong = []
+    if tuple(dut.shape) != tuple(reference.shape):
+        wrong.append(f"shape {tuple(dut.shape)}, the reference's {tuple(reference.shape)}")
+    want = lowp.dtype if lowp is not None else (
+        dut.dtype if dut.is_floating_point() == reference.is_floating_point() else None)
+    if want is None or dut.dtype != want:
+        wrong.append(f"dtype {dut.dtype}, the reference's {reference.dtype}")
+    message = ("with a NaN in its input the DUT returned " + "; ".join(wrong)) if wrong else ""
+    return Verdict(not wrong, {}, {}, message), "shape"
+
+
+def run_nan_shape(device, entry: OpEntry, dtype: str, sample: Sample, seed: int = 0):
+    """One NaN-shape sample through the catalog's runner, forward, judged by
+    :func:`judge_shape`."""
+    from harness.ops.runner import run_case
+
+    return run_case(device, entry, dtype, sample, seed, ("fwd",), judges={"fwd": judge_shape})

@@ -291,6 +291,13 @@ REASONS: dict[str, str] = {
 }
 """Per catalog row not in :data:`SEMANTICS`: why it has no special-value samples."""
 
+SHAPE_ONLY: tuple[str, ...] = tuple(name for name, why in REASONS.items() if why != VARIANT
+                                    and not why.startswith(VARIANT))
+"""Rows with a reason above (their variants aside, which share a row's kernel) that still
+run one NaN sample, forward, judged on the output's shape and dtype only: torch documents
+nothing of where their NaN lands, but whatever lands where, the answer's shape and dtype
+are those of a finite input's (Note [NaN shape samples] in harness/ops/edge.py)."""
+
 
 def automatic_reason(entry: OpEntry) -> Optional[str]:
     """A reason that follows from the row itself (integer-only, random output), or None."""
@@ -366,5 +373,5 @@ def table(rows: list[Coverage], *, width: int = 100) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["REASONS", "SEMANTICS", "Coverage", "Semantics", "automatic_reason", "coverage",
+__all__ = ["REASONS", "SEMANTICS", "SHAPE_ONLY", "Coverage", "Semantics", "automatic_reason", "coverage",
            "table"]

@@ -12,6 +12,11 @@ samples, forward and backward, judged by the op policy plus the exact rule for s
 (Note [Special-value semantics] in harness/ops/edge.py). Records
 ``ops/<row>/<dtype>/<fwd|bwd>/specials_<sample>``; ``--op-filter`` selects them by case id
 (``clamp-float32-fwd-specials_typical``).
+
+``test_nan_keeps_the_shape[<row>-<dtype>]``: every row whose NaN values are left open
+(``specials.SHAPE_ONLY``) on one NaN sample, forward, judged on the output's shape and dtype
+only (Note [NaN shape samples] in harness/ops/edge.py). Records
+``ops/<row>/<dtype>/fwd/nan_shape_<sample>``.
 """
 
 import re
@@ -25,7 +30,7 @@ from harness import ids
 from harness.ops import edge
 from harness.ops.catalog import BY_NAME
 from harness.ops.runner import case_id, filter_regex
-from harness.ops.specials import SEMANTICS
+from harness.ops.specials import REASONS, SEMANTICS
 from harness.results import lower
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -71,9 +76,20 @@ def _special_params(config):
     return params
 
 
+def _nan_shape_params(config):
+    op_filter = config.getoption("op_filter", None)
+    regex = re.compile(op_filter) if op_filter else None
+    return [pytest.param(entry, dtype, sample, id=f"{entry.name}-{dtype}")
+            for entry in BY_NAME.values() for dtype in edge.nan_shape_dtypes(entry)
+            for sample in edge.nan_shape_samples(entry)
+            if regex is None or regex.search(case_id(entry.name, dtype, "fwd", sample.name))]
+
+
 def pytest_generate_tests(metafunc):
     if metafunc.function.__name__ == "test_special_values":
         metafunc.parametrize(("entry", "dtype"), _special_params(metafunc.config))
+    if metafunc.function.__name__ == "test_nan_keeps_the_shape":
+        metafunc.parametrize(("entry", "dtype", "sample"), _nan_shape_params(metafunc.config))
 
 
 def test_special_values(entry, dtype, device, results, settings):
@@ -96,3 +112,13 @@ def test_special_values(entry, dtype, device, results, settings):
     if not ran:
         pytest.skip(f"no {entry.name} special-value case matches --op-filter "
                     f"{settings.op_filter!r}")
+
+
+def test_nan_keeps_the_shape(entry, dtype, sample, device, results, settings):
+    """A row whose NaN values torch leaves open still answers a NaN input with the shape and
+    dtype of a finite one's (Note [NaN shape samples] in harness/ops/edge.py)."""
+    for outcome in edge.run_nan_shape(device, entry, dtype, sample, settings.seed):
+        case = case_id(entry.name, dtype, outcome.direction, sample.name)
+        outcome.record(results, f"{outcome.message}\n(device {device.type}, dtype {dtype}; "
+                                f"values unjudged: {REASONS[entry.name]})",
+                       reproduce_args=f"--op-filter '{filter_regex(case)}'")
