@@ -103,7 +103,11 @@ def test_cli_json_has_the_counts(monkeypatch, capsys):
     ("aten.kthvalue.default", "kthvalue", "size:(65536,1048576]", "/past65536"),
     ("aten.bernoulli_.float", "dropout", "size:(1024,4096]", "/band2049"),
     ("aten.clamp_.default", "clip_grad_value_", "size:(65536,1048576]", "/bands"),
-    ("aten.zeros_like.default", "cosine_embedding_loss", "size:(1024,4096]", "/band2049")])
+    ("aten.zeros_like.default", "cosine_embedding_loss", "size:(1024,4096]", "/band2049"),
+    ("aten.clamp_min_.default", "margin_ranking_loss", "size:(65536,1048576]", "/band65537"),
+    # distinct values compared along dim 1 stay distinct when dim 0 is repeated
+    ("aten.sort.default", "sort", "layout:expanded", "_expanded"),
+    ("aten.argmax.default", "argmax", "layout:expanded", "_expanded")])
 def test_a_kernel_wrong_only_when_called_one_way_fails_that_sample(op, row, condition, sample):
     """Note [Size bands of every row], Note [Layout samples]: a kernel wrong only for
     inputs in one size band, or only for a transposed, expanded or offset operand, fails

@@ -587,6 +587,10 @@ CATALOG: tuple[OpEntry, ...] = (
     E("margin_ranking_loss", F.margin_ranking_loss, (
         Sample("typical", (T((64,)), T((64,)), T((64,), "nonzero", grad=False)), {"margin": 0.1}),
         Sample("odd257", (T((257,)), T((257,)), T((257,), "nonzero", grad=False))),
+        # one size in each band (Note [Size bands of every row]: its samples are 1-d, so the
+        # row gets none derived), in fp32
+        *(Sample(f"band{n}", (T((n,)), T((n,)), T((n,), "nonzero", grad=False)),
+                 dtypes=("float32",)) for n in BAND_SIZES),
         Sample("large", (T((1 << 20,)), T((1 << 20,)), T((1 << 20,), "nonzero", grad=False)),
                slow=True))),
     E("hinge_embedding_loss", F.hinge_embedding_loss, loss("normal", "nonzero")),
@@ -1241,8 +1245,9 @@ def _relaid(sample: Sample, name: str, pick, layout: str, dtypes=None, **change)
 # dtypes, forward and backward (Note [Argument layouts] in harness.ops.spec). Every row
 # with a tensor argument gets its first plain sample with its first tensor (a list's
 # first: _foreach_*, cat; past an index or a mask: embedding's weight) an offset view and,
-# unless its values must be distinct (a stride-0 view repeats them; pooling rows,
-# WINDOWED, need them distinct only within a window, which the repeat along dim 0 keeps), an
+# unless its values must be distinct where a stride-0 view along dim 0 repeats them (a
+# pooling row, WINDOWED, compares them only within a window of one plane, and a row whose
+# sample compares along another ``dim`` only within a slice along it: those keep theirs), an
 # expanded view, in its first dtype only: a kernel that mishandles strides or the
 # storage offset is wrong whatever the dtype, and the default run's budget is seconds.
 # Rows that write into their argument (names ending in ``_``) keep their own layouts.
@@ -1268,6 +1273,19 @@ WINDOWED = frozenset((
 repeats values along dim 0 only, keeps them distinct where the op compares them and they
 get their expanded sample (faults mutate: avg_pool3d and max_pool2d wrong only for an
 expanded input survived; Note [Layout samples])."""
+
+
+def _expanded_keeps_distinct(entry: OpEntry, sample: Sample, first: T) -> bool:
+    """Whether an expanded view of ``first`` (its dim 0 repeated) leaves the values the op
+    compares distinct where they must be (Note [Layout samples]): any values where they need
+    not be; a pooling row's (WINDOWED); a row whose sample compares along another dim
+    (``dim=1``: sort, argmax, kthvalue... see each slice along that dim whole and once)."""
+    if first.domain == "ties":
+        return False
+    if first.domain != "distinct" or entry.name in WINDOWED:
+        return True
+    dim = sample.kwargs.get("dim")
+    return isinstance(dim, int) and not isinstance(dim, bool) and dim % len(first.shape) != 0
 
 
 def _transposed(spec):
@@ -1308,8 +1326,7 @@ def layout_samples(entry: OpEntry) -> tuple[Sample, ...]:
     if first is not None and first.shape:
         dtypes = (entry.dtypes[0],)
         out.append(_relaid(sample, "offset", lambda t: t is first, "offset", dtypes))
-        if ((first.domain not in ("distinct", "ties") or entry.name in WINDOWED)
-                and first.shape[0] > 1):
+        if _expanded_keeps_distinct(entry, sample, first) and first.shape[0] > 1:
             # no gradient through the broadcast: it is a sum over dim 0, not the row's own
             # (exact for a copy) standard
             out.append(_relaid(sample, "expanded", lambda t: t is first, "expanded", dtypes,
