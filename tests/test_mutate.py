@@ -203,3 +203,24 @@ def test_a_kernel_that_changes_shape_on_a_nan_fails_the_nan_shape_sample(op, row
     assert red and all("/fwd/nan_shape_" in record for record in red), red
     assert any("/nan_shape_" in record for record in statuses["element"])
     assert all(status == "pass" for status in statuses["element"].values())
+
+
+def test_an_in_place_op_is_probed_on_the_layout_its_condition_was_checked_on():
+    """Note [Probing an in-place op]: the probe's private copy of an in-place op's arguments
+    keeps their layout. torch refuses to write into an expanded tensor, so an in-place op
+    wrong only for an expanded self is not live; one wrong only for an offset view is."""
+    self = torch.randn(4, 5)
+    calls = {"aten.clamp_min_.default": [(torch.ops.aten.clamp_min_.default, (self, 0.0), {})]}
+    before = self.clone()
+    expanded = mutate.Mutant("aten.clamp_min_.default", "layout:expanded", "element",
+                             ("margin_ranking_loss",), ("float32",))
+    offset = dataclasses.replace(expanded, condition="layout:offset")
+    assert not mutate.live(expanded, calls)
+    assert mutate.live(offset, calls)
+    assert torch.equal(self, before), "liveness must not write into the recorded calls"
+    view = torch.randn(9)[1:].view(2, 4).mT
+    copy = mutate._laid_out_copy(view)
+    assert (copy.stride(), copy.storage_offset(), copy.shape) == (
+        view.stride(), view.storage_offset(), view.shape)
+    assert torch.equal(copy, view) and copy.untyped_storage().data_ptr() != \
+        view.untyped_storage().data_ptr()

@@ -587,6 +587,25 @@ def plan(device, *, rows: Optional[Sequence[str]] = None, limit: int = 240, seed
     return Plan(mutants, recorder.calls, clean)
 
 
+def _laid_out_copy(t: torch.Tensor) -> torch.Tensor:
+    """A copy of ``t`` in its own storage with ``t``'s sizes, strides and storage offset
+    (Note [Probing an in-place op])."""
+    copy = torch.empty(0, dtype=t.dtype, device=t.device)
+    copy.set_(t.untyped_storage().clone(), t.storage_offset(), t.size(), t.stride())
+    return copy
+
+
+# Note [Probing an in-place op]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# The probe writes an in-place op's answer into a copy of the probed call's arguments, so
+# the recorded calls stay as recorded. A plain clone() is dense: an expanded or offset
+# argument became a contiguous one after the condition had been checked on the view, so
+# ``clamp_min_`` on an expanded tensor counted live although torch refuses to write into a
+# tensor whose elements share memory (no caller can meet that condition) and the probed call
+# never met it. The copy keeps the view's sizes, strides and offset in a storage of its own:
+# the call the condition was checked on is the call that runs.
+
+
 def live(mutant: Mutant, calls: dict[str, list]) -> bool:
     """Whether some direct call of the op meets the condition and the mutant changes its
     answer (Note [Liveness])."""
@@ -602,7 +621,7 @@ def live(mutant: Mutant, calls: dict[str, list]) -> bool:
                     "torch.") not in mutant.dtypes:
                 continue
             if writes_self(mutant.op):  # the recorded call stays as it was recorded
-                probed = _map_tensors(*probed, lambda t: t.clone())
+                probed = _map_tensors(*probed, _laid_out_copy)
             with torch.no_grad():
                 out = func(*probed[0], **probed[1])
             if wrong(mutant.op, how, out)[1]:
