@@ -213,3 +213,18 @@ def test_runner_reports_only_the_requested_direction():
     drop = BY_NAME["dropout"]
     only_bwd = run_case(CPU, drop, "float32", drop.samples[0], directions=("bwd",))
     assert [o.direction for o in only_bwd] == ["bwd"] and only_bwd[0].status == "pass"
+
+
+def test_distinct_rows_get_an_expanded_sample_only_where_a_repeat_keeps_them_distinct():
+    """Note [Layout samples]: a stride-0 view repeats dim 0; a pooling window (WINDOWED) or a
+    slice along dim 1 stays distinct, a sort along dim 0 (msort) or over all (argmax's
+    ``all``) would not."""
+    def expanded(name):
+        return [s.name for s in BY_NAME[name].samples if s.name.endswith("_expanded")]
+
+    for name in ("sort", "argmax", "kthvalue", "max_pool2d", "avg_pool3d"):
+        assert expanded(name) == ["typical_expanded"], name
+        sample = next(s for s in BY_NAME[name].samples if s.name == "typical_expanded")
+        assert sample.args[0].domain == "distinct"
+    assert BY_NAME["argmax"].samples[0].kwargs == {"dim": 1}
+    assert not expanded("msort") and not expanded("clamp_tie")

@@ -131,3 +131,15 @@ def test_command_prints_the_table_with_totals(capsys):
     out = capsys.readouterr().out
     assert "clamp" in out and "torch.maximum" in out
     assert any(line.startswith("total:") and "0 missing" in line for line in out.splitlines())
+
+
+def test_every_row_left_open_gets_one_nan_shape_sample_with_a_nan():
+    """Note [NaN shape samples]: every row with a reason but a variant's runs one NaN
+    sample, in one float dtype, forward; a covered row runs none (its specials judge more)."""
+    assert "mm" in specials.SHAPE_ONLY and "clamp_tie" not in specials.SHAPE_ONLY
+    for name in specials.SHAPE_ONLY:
+        entry = BY_NAME[name]
+        samples = edge.nan_shape_samples(entry)
+        assert len(samples) == 1 and samples[0].name.startswith("nan_shape_"), name
+        assert "nan" in str(samples[0].args) and edge.nan_shape_dtypes(entry) == ("float32",)
+    assert not edge.nan_shape_samples(BY_NAME["clamp"])
