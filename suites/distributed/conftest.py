@@ -29,11 +29,13 @@ def _selected_cases(session: pytest.Session) -> list[DistCase]:
     return cases
 
 
-def pytest_collection_finish(session: pytest.Session) -> None:
-    """Start the ranks' fork server while the families collected before this one run
-    (Note [Ranks from a fork server] in harness/distributed/launcher.py)."""
-    state = session.config.stash.get(STATE, None)
-    if state is not None and _selected_cases(session):
+def pytest_configure(config: pytest.Config) -> None:
+    """Start the ranks' fork server (Note [Ranks from a fork server] in
+    harness/distributed/launcher.py) when this folder is collected: its imports then run
+    on the second core while collection, one core's work, goes on (pytest calls a
+    conftest's ``pytest_configure`` when it loads the conftest)."""
+    state = config.stash.get(STATE, None)
+    if state is not None and not config.option.collectonly:
         launcher.warm_up(state.device)
 
 
