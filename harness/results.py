@@ -197,20 +197,37 @@ class Rule:
 
     @classmethod
     def from_json(cls, data: Any) -> Rule:
+        """The rule ``data`` describes; one shared (frozen) instance per description, since
+        a run's 100,000 rules are a few hundred distinct ones."""
         if isinstance(data, Rule):
             return data
         if not isinstance(data, dict):
             raise SchemaError(f"rule {data!r} is not an object")
+        try:  # the type too: {"rel": 2} and {"rel": 2.0} write back as they were read
+            key: Optional[tuple] = tuple((k, type(v), v) for k, v in data.items())
+            return _RULES[key]
+        except KeyError:
+            pass
+        except TypeError:  # an unhashable value: refused below, never cached
+            key = None
         unknown = set(data) - {"better", "rel", "abs", "noise", "severity"}
         if unknown:
             raise SchemaError(f"rule has unknown keys {sorted(unknown)}")
-        return cls(**data)
+        rule = cls(**data)
+        if key is not None and len(_RULES) < _RULES_KEPT:
+            _RULES[key] = rule
+        return rule
 
     def describe(self) -> str:
         noise = f", noise x{self.noise}" if self.noise is not None else ""
         if self.better == "equal":
             return f"must stay equal (tolerance {self.abs:g})"
         return f"{self.better} is better, ratio {self.rel:g}, floor {self.abs:g}{noise}"
+
+
+_RULES: dict[tuple, Rule] = {}
+_RULES_KEPT = 4096
+"""Rules built from JSON, by their description (:meth:`Rule.from_json`)."""
 
 
 def lower(rel: float = 2.0, abs: float = 0.0, **kw) -> Rule:  # noqa: A002 - mirrors JSON
@@ -292,6 +309,11 @@ class Record:
 
 
 def _clean_metric(record_id: str, name: str, value: Any) -> MetricValue:
+    kind = type(value)
+    if kind is float:  # most metrics: the one check a finite float needs
+        return value if math.isfinite(value) else repr(value)
+    if kind is int or kind is str:
+        return value
     if value is None or isinstance(value, (bool, str)):
         return value
     if isinstance(value, (int, float)):

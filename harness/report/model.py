@@ -107,10 +107,11 @@ class Subject:
     changes: list[Change]          # beyond-rule (and status) changes, worst first
     lines: int                     # how many finding lines fold into this subject
     passes: bool                   # every record passes its own check now
-    reproduce: str
+    reproduce: str                 # "" for a subject listed nowhere (nothing moved or failed)
     message: str = ""
     kinds: dict[str, int] = dataclasses.field(default_factory=dict)
     standard: str = ""             # the standard's limit and whether the subject meets it
+                                   # ("" for a subject listed nowhere)
 
     @property
     def rank_label(self) -> str:
@@ -406,12 +407,14 @@ def _subject(sid: str, recs: list[Record], baseline: Optional[RunResults],
     failing = [r for r in recs if r.status in ids.FAILING]
     message = (failing[0].message or failing[0].status).splitlines()[0] if failing else ""
     shown = [r for r in recs if r.id in {c.record_id for c in listed}] or failing or recs
+    listed_somewhere = rank <= WITHIN_RULE  # the others (most of a run) are listed nowhere
     return Subject(
         id=sid, suite=recs[0].suite, rank=rank, records=sorted(r.id for r in recs),
         status=status, old_status=old_status, worst=listed[0] if listed else None,
         changes=listed, lines=len(changes), passes=status not in ids.FAILING,
-        reproduce=reproduce_line(shown, run), message=_clip(message), kinds=kinds,
-        standard=_subject_standard(recs))
+        reproduce=reproduce_line(shown, run) if listed_somewhere else "",
+        message=_clip(message), kinds=kinds,
+        standard=_subject_standard(recs) if listed_somewhere else "")
 
 
 def _counts(run: RunResults, findings: list[Finding]) -> dict[str, dict[str, int]]:
