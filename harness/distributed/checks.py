@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import datetime as _dt
 import hashlib
+import os
 import time
 from typing import Optional
 
@@ -708,6 +710,33 @@ def pipeline(ctx, transport: str = "send_recv", steps: int = 2, micro: int = 2,
 
 # ------------------------------------------------------------------------ rank skew
 
+class _EndedPeers:
+    """Which ranks' skewed collective has ended (returned or raised), through the
+    rendezvous store every rank reaches (MASTER_ADDR:MASTER_PORT, as under torchrun).
+
+    The late rank of :func:`rank_skew` waits ``skew`` seconds, or less once every other
+    rank's call has ended: beyond the timeout that is when they gave up, so it arrives
+    after them as a rank ``skew`` seconds late would, without waiting out the rest of the
+    ``skew`` (2 s of the default run). Within the timeout the others wait in the
+    collective for the late rank and say nothing, so it waits the whole ``skew``."""
+
+    def __init__(self, prefix: str, world_size: int) -> None:
+        self.prefix, self.world_size = prefix, world_size
+        self.store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                                   is_master=False, timeout=_dt.timedelta(seconds=60))
+
+    def say(self, rank: int) -> None:
+        self.store.set(f"{self.prefix}/{rank}", "ended")
+
+    def wait(self, skew: float, late: int) -> None:
+        keys = [f"{self.prefix}/{r}" for r in range(self.world_size) if r != late]
+        deadline = time.monotonic() + skew
+        while time.monotonic() < deadline:
+            if self.store.check(keys):
+                return
+            time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+
+
 def rank_skew(ctx, skew: float, timeout: float = 2.0, size: int = 1000):
     """The last rank reaches an all_reduce ``skew`` seconds after the others, in a group
     whose timeout is ``timeout`` seconds (Note [Rank skew] in harness/distributed/judge.py).
@@ -721,8 +750,6 @@ def rank_skew(ctx, skew: float, timeout: float = 2.0, size: int = 1000):
     ranks meet again on the world group afterwards (its timeout is the run's), so a failed
     collective that returns leaves no rank behind for the next sub-check.
     """
-    import datetime as _dt
-
     from harness.distributed import hccl
 
     ws, rank, late = ctx.world_size, ctx.rank, ctx.world_size - 1
@@ -736,8 +763,9 @@ def rank_skew(ctx, skew: float, timeout: float = 2.0, size: int = 1000):
         ctx.device.synchronize()
     dist.barrier()  # everyone starts together; the skew is the only delay
     inputs = [_inputs(ctx.seed, r, size, "float32") for r in range(ws)]
+    ended = _EndedPeers(f"harness/rank_skew/{ctx.seed}/{skew}/{timeout}", ws)
     if rank == late:
-        time.sleep(skew)
+        ended.wait(skew, late)
     entered = time.time()
     ctx.note(entered=entered)
     error, max_err = None, None
@@ -751,6 +779,8 @@ def rank_skew(ctx, skew: float, timeout: float = 2.0, size: int = 1000):
     except (RuntimeError, ValueError, OSError) as exc:  # the backend's timeout, its words
         error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
     left = time.time()
+    if rank != late:
+        ended.say(rank)
     dist.barrier()  # the world group: nobody starts the next sub-check alone
     return {"skew": skew, "timeout": timeout, "late_rank": late, "entered": entered,
             "left": left, "completed": error is None, "error": error, "max_abs_err": max_err,

@@ -426,7 +426,10 @@ def judge_sampler(values: dict[int, dict], *, drop_last: bool) -> DistVerdict:
 # Any other ending (a hang the launcher had to stop, a crash without the watchdog's words,
 # a rank that completed although the others gave up) is a failure. A rank later than
 # scheduled (the fault distributed.rank_straggles) turns the first case into the second
-# and fails it with the same words.
+# and fails it with the same words. The late rank waits S seconds, or less once every other
+# rank's call has ended (they say so in the rendezvous store): beyond the timeout it then
+# arrives just after they gave up, as an S-late rank would, without waiting out the rest
+# of S; within it the others are still waiting in the collective, so it waits all of S.
 
 WATCHDOG_WORDS = ("taking the entire process down",)
 """What torch_npu's (and torch's NCCL) watchdog logs when it ends a process."""

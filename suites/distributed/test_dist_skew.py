@@ -2,7 +2,8 @@
 
 The last rank reaches an all_reduce late, in a group with a 2 s timeout whose communicator
 was made first: 0.5 s late, the collective completes with the right sum and the measured
-skew; 4 s late, either it fails on every rank in bounded time (gloo) or the backend's
+skew; 4 s late (or, sooner, once the others' calls ended: it still arrives after they
+gave up), either it fails on every rank in bounded time (gloo) or the backend's
 watchdog ends the ranks (HCCL's default), and the verdict names the late rank and the knob
 (the group's timeout, kept above HCCL_EXEC_TIMEOUT on hccl). The 4 s case runs in a launch
 of its own, since its correct ending may end every rank.
