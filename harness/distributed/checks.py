@@ -711,8 +711,9 @@ def pipeline(ctx, transport: str = "send_recv", steps: int = 2, micro: int = 2,
 # ------------------------------------------------------------------------ rank skew
 
 class _EndedPeers:
-    """Which ranks' skewed collective has ended (returned or raised), through the
-    rendezvous store every rank reaches (MASTER_ADDR:MASTER_PORT, as under torchrun).
+    """How many ranks' skewed collective has ended (returned or raised), counted in the
+    rendezvous store every rank reaches (MASTER_ADDR:MASTER_PORT, as under torchrun;
+    ``TCPStore.add``, which every torch line has).
 
     The late rank of :func:`rank_skew` waits ``skew`` seconds, or less once every other
     rank's call has ended: beyond the timeout that is when they gave up, so it arrives
@@ -720,19 +721,18 @@ class _EndedPeers:
     ``skew`` (2 s of the default run). Within the timeout the others wait in the
     collective for the late rank and say nothing, so it waits the whole ``skew``."""
 
-    def __init__(self, prefix: str, world_size: int) -> None:
-        self.prefix, self.world_size = prefix, world_size
+    def __init__(self, key: str, world_size: int) -> None:
+        self.key, self.world_size = key, world_size
         self.store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
                                    is_master=False, timeout=_dt.timedelta(seconds=60))
 
-    def say(self, rank: int) -> None:
-        self.store.set(f"{self.prefix}/{rank}", "ended")
+    def say(self) -> None:
+        self.store.add(self.key, 1)
 
-    def wait(self, skew: float, late: int) -> None:
-        keys = [f"{self.prefix}/{r}" for r in range(self.world_size) if r != late]
+    def wait(self, skew: float) -> None:
         deadline = time.monotonic() + skew
         while time.monotonic() < deadline:
-            if self.store.check(keys):
+            if self.store.add(self.key, 0) >= self.world_size - 1:  # add 0: read the count
                 return
             time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
 
@@ -765,7 +765,7 @@ def rank_skew(ctx, skew: float, timeout: float = 2.0, size: int = 1000):
     inputs = [_inputs(ctx.seed, r, size, "float32") for r in range(ws)]
     ended = _EndedPeers(f"harness/rank_skew/{ctx.seed}/{skew}/{timeout}", ws)
     if rank == late:
-        ended.wait(skew, late)
+        ended.wait(skew)
     entered = time.time()
     ctx.note(entered=entered)
     error, max_err = None, None
@@ -780,7 +780,7 @@ def rank_skew(ctx, skew: float, timeout: float = 2.0, size: int = 1000):
         error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
     left = time.time()
     if rank != late:
-        ended.say(rank)
+        ended.say()
     dist.barrier()  # the world group: nobody starts the next sub-check alone
     return {"skew": skew, "timeout": timeout, "late_rank": late, "entered": entered,
             "left": left, "completed": error is None, "error": error, "max_abs_err": max_err,
