@@ -204,7 +204,7 @@ class Rule:
         if not isinstance(data, dict):
             raise SchemaError(f"rule {data!r} is not an object")
         try:  # the type too: {"rel": 2} and {"rel": 2.0} write back as they were read
-            key: Optional[tuple] = tuple((k, type(v), v) for k, v in data.items())
+            key: Optional[tuple] = (tuple(data.items()), tuple(map(type, data.values())))
             return _RULES[key]
         except KeyError:
             pass

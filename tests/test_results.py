@@ -226,3 +226,21 @@ def test_a_damaged_or_truncated_or_oversized_gzip_is_a_schema_error(tmp_path, fi
     monkeypatch.setenv(results.MAX_BYTES_ENV, "2")
     with pytest.raises(SchemaError, match="decompresses to over the 2 MB"):
         results.load(tmp_path / "bomb.json.gz")
+
+
+def test_rules_read_from_json_are_shared_and_written_back_as_read():
+    """Rule.from_json keeps one frozen Rule per description; an int and a float that
+    compare equal stay apart (the JSON round trip is lossless), and a refused rule is
+    refused every time (never kept)."""
+    from harness.results import Rule
+
+    first = Rule.from_json({"better": "lower", "rel": 2.0, "abs": 0.0})
+    assert Rule.from_json({"better": "lower", "rel": 2.0, "abs": 0.0}) is first
+    as_int = Rule.from_json({"better": "lower", "rel": 2, "abs": 0.0})
+    assert as_int is not first and json.dumps(as_int.to_json()) == \
+        '{"better": "lower", "rel": 2, "abs": 0.0}'
+    for _ in range(2):
+        with pytest.raises(SchemaError, match="expected a ratio >= 1.0"):
+            Rule.from_json({"better": "lower", "rel": 0.5})
+        with pytest.raises(SchemaError, match="unknown keys"):
+            Rule.from_json({"better": "lower", "bogus": [1]})
