@@ -197,8 +197,9 @@ class Rule:
 
     @classmethod
     def from_json(cls, data: Any) -> Rule:
-        """The rule ``data`` describes; one shared (frozen) instance per description, since
-        a run's 100,000 rules are a few hundred distinct ones."""
+        """The rule ``data`` describes; one shared (frozen) instance per description: the
+        default run's 83,000 rules are 19,000 distinct ones, and every test's records are
+        read back from JSON (Note [Records travel with reports]), the baseline's too."""
         if isinstance(data, Rule):
             return data
         if not isinstance(data, dict):
@@ -226,8 +227,9 @@ class Rule:
 
 
 _RULES: dict[tuple, Rule] = {}
-_RULES_KEPT = 4096
-"""Rules built from JSON, by their description (:meth:`Rule.from_json`)."""
+_RULES_KEPT = 1 << 16
+"""Rules built from JSON, by their description (:meth:`Rule.from_json`); past
+``_RULES_KEPT`` descriptions new ones are built and not kept (a few MB at most)."""
 
 
 def lower(rel: float = 2.0, abs: float = 0.0, **kw) -> Rule:  # noqa: A002 - mirrors JSON

@@ -228,12 +228,13 @@ def test_a_damaged_or_truncated_or_oversized_gzip_is_a_schema_error(tmp_path, fi
         results.load(tmp_path / "bomb.json.gz")
 
 
-def test_rules_read_from_json_are_shared_and_written_back_as_read():
+def test_rules_read_from_json_are_shared_and_written_back_as_read(monkeypatch):
     """Rule.from_json keeps one frozen Rule per description; an int and a float that
     compare equal stay apart (the JSON round trip is lossless), and a refused rule is
-    refused every time (never kept)."""
+    refused every time (never kept); past the cache's size rules are built, not kept."""
     from harness.results import Rule
 
+    monkeypatch.setattr(results, "_RULES", {})
     first = Rule.from_json({"better": "lower", "rel": 2.0, "abs": 0.0})
     assert Rule.from_json({"better": "lower", "rel": 2.0, "abs": 0.0}) is first
     as_int = Rule.from_json({"better": "lower", "rel": 2, "abs": 0.0})
@@ -244,3 +245,7 @@ def test_rules_read_from_json_are_shared_and_written_back_as_read():
             Rule.from_json({"better": "lower", "rel": 0.5})
         with pytest.raises(SchemaError, match="unknown keys"):
             Rule.from_json({"better": "lower", "bogus": [1]})
+    assert len(results._RULES) == 2
+    monkeypatch.setattr(results, "_RULES_KEPT", 2)
+    third = Rule.from_json({"better": "higher", "rel": 1.0, "abs": 0.001})
+    assert third == Rule("higher", 1.0, 0.001) and len(results._RULES) == 2
