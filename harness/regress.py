@@ -7,7 +7,10 @@ A status that loses capability (a fall in :func:`harness.ids.rank`: pass ->
 fail/error/slower/unsupported/fallback) is always a *regression*; so is a *lost* record: a
 baseline record whose check ran in this run but did not record it (coverage lost). A
 baseline record whose check was not selected (another ``-k``, ``-m``, path or an
-``--op-filter`` that deselects its case) is *not run*: listed, never judged. A metric
+``--op-filter`` that deselects its case) is *not run*: listed, never judged; so is one
+the baseline holds as ``skip`` (an opt-in check it did not run: ``--run-slow``,
+``--run-benchmarks``), which held no capability to lose when its check now runs and
+records its own ids. A metric
 that moves beyond its rule is what its rule's ``severity`` says
 (:attr:`harness.results.Rule.alerts_as`): a *regression* where the change itself is the
 loss (a lower max batch, another state dtype), else a *review*: the check still passes
@@ -156,7 +159,8 @@ def presence(current: RunResults, baseline: RunResults, baseline_name: str = "",
     for record_id, base in sorted(baseline.records.items()):
         if record_id in current.records:
             continue
-        lost = base.test in ran and not ids.filtered_out(record_id, op_filter)
+        lost = (base.status != ids.Status.SKIP and base.test in ran
+                and not ids.filtered_out(record_id, op_filter))
         found.append(Finding("lost" if lost else "not-run", record_id, baseline=baseline_name,
                              test=base.test))
     return found

@@ -78,6 +78,27 @@ def test_a_lost_record_is_no_go_and_a_not_run_one_is_not(fingerprint):
     assert judge(fine, base).level == "GO"
 
 
+def test_an_opt_in_check_the_baseline_skipped_loses_nothing_when_it_runs(fingerprint):
+    """A baseline recorded without --run-slow holds a slow check as one ``skip`` record
+    under its automatic id; run with --run-slow, the check records its own ids, and the
+    skip record is not run, not lost: the run is GO (it was NO-GO, 17 records lost)."""
+    from harness.ids import auto_record
+    from harness.verdict import judge
+
+    node = "suites/graph/test_graph.py::test_graphs_and_breaks[simplecnn]"
+    base = RunResults(fingerprint, {r.id: r for r in [
+        Record(auto_record(node), status="skip", test=node), Record("ops/a", test="t1")]})
+    slow = RunResults(fingerprint, {"graph/simplecnn/graphs": Record(
+        "graph/simplecnn/graphs", test=node)}, outcomes={node: "passed"})
+    kinds = {(f.kind, f.record_id) for f in regress.compare(slow, base, ran_ids={node})}
+    assert kinds == {("new", "graph/simplecnn/graphs"), ("not-run", auto_record(node)),
+                     ("not-run", "ops/a")}
+    assert judge(slow, base).level == "GO"
+    ran_and_lost = RunResults(fingerprint, {"graph/simplecnn/graphs": Record(
+        "graph/simplecnn/graphs", test="t1")}, outcomes={"t1": "passed"})
+    assert judge(ran_and_lost, base).level == "NO-GO"  # a passing record still counts
+
+
 def test_finding_message_names_record_values_rule_and_baseline():
     rule = lower(rel=2.0, abs=1e-6)
     [finding] = regress.compare_record(
