@@ -782,13 +782,56 @@ class _FakeStore:
             self.rows.append(("|".join(names), ids, kinds, vals, ctl))
 
     def scan_series(self, pks, *, controls="all"):
-        for index in pks:
-            layout, ids, kinds, vals, ctl = self.rows[index]
+        """As the store yields them: each run as differences from its layout's first stored
+        run (which need not be among ``pks``)."""
+        from harness.store.db import SeriesRow
+        from harness.store.schema import differences
+
+        references = {}
+        for layout, _, _, vals, ctl in self.rows:
+            references.setdefault(layout, (vals, ctl))
+        for index, pk in enumerate(pks):
+            layout, ids, kinds, vals, ctl = self.rows[pk]
+            ref_vals, ref_ctl = references[layout]
+            pos, moved, moved_ctl = differences(ref_vals, ref_ctl, vals, ctl)
             with_ctl = controls == "all" or (controls == "benchmarks" and (kinds == 98).any())
-            yield index, layout, ids, kinds, vals, ctl if with_ctl else None
+            yield SeriesRow(index, layout, ids, kinds, ref_vals, ref_ctl if with_ctl else None,
+                            pos, moved, moved_ctl if with_ctl else None)
 
     def names_of(self, ids):
         return {int(i): self.names[int(i)] for i in ids}
+
+
+def test_history_from_stored_differences_equals_history_of_every_value():
+    """Runs stored as differences from their layout's first run, read from a later night:
+    a series whose reference differs from its first value read (a dip on the first nights
+    read) and then returns to the reference, so the difference is empty that night, is
+    still seen to move (Note [History from the store])."""
+    runs = []
+    for night in range(30):
+        values, controls = {}, {}
+        for k in range(12):
+            if k == 3 and night % 3 == 0:
+                continue  # two layouts, each stored many nights
+            base = 1.0 + k
+            if k % 4 == 0:
+                value = base * (0.5 if 7 <= night <= 9 else 1.0)  # dips, then as stored first
+            elif k % 4 == 1:
+                value = base * (1.4 if night >= 19 else 1.0)
+            else:
+                value = base
+            values[f"ops/op{k}/float32/fwd:err"] = value
+        values["bench/b"] = 2.0 * (1.3 if night >= 22 else 1.0)
+        controls["bench/b"] = 1.0
+        runs.append(history.Run(f"night-{night}.json", f"2026-02-{night + 1:02d}",
+                                "torch-2.13.0", "cpu/x", values, controls))
+    chosen = [types.SimpleNamespace(pk=i, source=r.path, started=r.started,
+                                    stack_id=r.stack_id) for i, r in enumerate(runs)]
+    for start in (0, 7):
+        got = history.analyse_store(_FakeStore(runs), chosen[start:])
+        assert got == history.analyse(runs[start:]), start
+    assert {r["series"] for r in got} >= {"ops/op0/float32/fwd:err", "ops/op1/float32/fwd:err",
+                                          "bench/b"}
 
 
 def test_history_in_one_pass_equals_history_of_every_value():
@@ -825,3 +868,7 @@ def test_history_in_one_pass_equals_history_of_every_value():
     got = history.analyse_store(_FakeStore(runs), chosen)
     assert got == [dict(r, run=r["run"]) for r in expected]
     assert len({r["series"] for r in got}) >= 5  # steps and the slowed benchmark were found
+    # the later nights alone: layouts whose reference (first stored run) is not read
+    later = history.analyse_store(_FakeStore(runs), chosen[7:])
+    assert later == [dict(r, run=r["run"]) for r in history.analyse(runs[7:])]
+    assert later != got and later

@@ -15,6 +15,7 @@ import pytest
 from harness import results
 from harness.results import Record, Rule, RunResults
 from harness.store import NewerStoreError, StoreError, import_paths, mask, open_store
+from harness.store.series import series_of
 from harness.store.shards import derive_run_id, label, merge, problems_of
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -148,22 +149,78 @@ def test_the_migrations_build_exactly_the_tables_of_the_schema(store_url):
     assert diff == [] and version == schema.HEAD
 
 
-def test_an_older_store_is_migrated_and_keeps_its_runs(store_url, fingerprint):
+def _put_series_before_0003(self, conn, pk, series, record_ids) -> None:
+    """How a run's series were stored before revision 0003: every value, in the order of a
+    ``layouts`` row (a stand-in for Store._put_series of that code)."""
+    import hashlib
+    import zlib
+
+    import numpy as np
+    import sqlalchemy as sa
+
     from harness.store import schema
+    from harness.store.db import _insert_ignoring
+
+    ids = np.array([schema.name_id(kind, name) for kind, name, _, _ in series], dtype="<i8")
+    digest = hashlib.sha256("\0".join([*(f"{kind}{name}" for kind, name, _, _ in series), "",
+                                      *sorted(record_ids)]).encode()).hexdigest()
+    layouts = sa.table("layouts", sa.column("digest"), sa.column("ids"), sa.column("kinds"))
+    values = sa.table("series_values", sa.column("run_pk"), sa.column("layout"),
+                      sa.column("vals"), sa.column("controls"))
+    if conn.execute(sa.select(layouts.c.digest).where(layouts.c.digest == digest)).first() \
+            is None:
+        names = [{"id": schema.name_id("r", rid), "kind": "r", "name": rid} for rid in record_ids]
+        names += [{"id": int(i), "kind": kind, "name": name}
+                  for i, (kind, name, _, _) in zip(ids, series)]
+        conn.execute(_insert_ignoring(conn, schema.names), names)
+        conn.execute(layouts.insert().values(
+            digest=digest, ids=zlib.compress(ids.tobytes()),
+            kinds=zlib.compress("".join(k for k, _, _, _ in series).encode())))
+    pack = (lambda xs: zlib.compress(np.array(xs, dtype="<f8").tobytes()))  # noqa: E731
+    conn.execute(values.insert().values(
+        run_pk=pk, layout=digest, vals=pack([v for _, _, v, _ in series]),
+        controls=pack([np.nan if c is None else c for _, _, _, c in series])))
+
+
+def test_an_older_store_is_migrated_and_keeps_its_runs(store_url, fingerprint, monkeypatch):
+    """A store of revision 0001 (every series value of every run) is migrated to HEAD: its
+    runs, and each run's every series value, read back the same (stored as differences
+    from the layout's first run)."""
+    import numpy as np
+
+    from harness.store import schema
+    from harness.store.db import Store, _engine
 
     _alembic(store_url, "0001")
-    from harness.store.db import Store
-
-    old = Store.__new__(Store)  # a 0001 store written by the 0001 code path (same tables)
-    old.url, old._layouts = store_url, set()
-    old.engine = __import__("harness.store.db", fromlist=["_engine"])._engine(store_url)
-    old.put(_every_field(fingerprint), run_id="old")
+    old = Store.__new__(Store)  # a 0001 store written by that code path
+    old.url, old._layouts, old.engine = store_url, {}, _engine(store_url)
+    runs = [_every_field(fingerprint, started=f"2026-12-0{k + 1}T23:00:00Z", scale=scale)
+            for k, scale in enumerate([1.0, 1.0, 1.5, 2.0])]
+    del runs[3].records["amp/loss/bfloat16"]  # another layout
+    with monkeypatch.context() as patch:
+        patch.setattr(Store, "_put_series", _put_series_before_0003)
+        for k, run in enumerate(runs):
+            old.put(run, run_id=f"old{k}")
     old.close()
     store = open_store(store_url)  # migrates to HEAD
-    assert [r.run_id for r in store.runs()] == ["old"]
+    rows = store.runs()
+    assert [r.run_id for r in rows] == ["old0", "old1", "old2", "old3"]
     with store.engine.connect() as conn:
         assert conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar() \
             == schema.HEAD
+    scanned = list(store.scan_series([r.pk for r in rows]))
+    for row, run in zip(scanned, runs):
+        want = series_of(run.records)
+        names = store.names_of(row.ids.tolist())
+        got = {names[int(i)]: v for i, v in zip(row.ids, row.values())}
+        assert got == {name: value for _, name, value, _ in want}
+        controls = {names[int(i)]: c for i, c in zip(row.ids, row.all_controls())
+                    if not np.isnan(c)}
+        assert controls == {name: c for _, name, _, c in want if c is not None}
+    assert [len(r.pos) for r in scanned[:2]] == [0, 0]  # the first run of its layout, the same
+    assert len(scanned[2].pos) == 2 and len(scanned[3].pos) == 0  # moved; a new layout
+    store.put(_every_field(fingerprint, scale=3.0), run_id="new")  # the migrated store is written
+    assert len(list(store.scan_series([store.runs(run_id="new")[0].pk]))[0].pos) == 2
 
 
 def test_a_store_of_a_newer_harness_is_refused(store_url):
@@ -204,6 +261,42 @@ def test_eight_concurrent_writers_lose_nothing(store_url):
     assert sorted(r.run_id for r in rows) == sorted(f"w{i + 1:02d}-{k}" for i in range(8)
                                                     for k in range(3))
     assert all(len(store.load(r.pk).records) == r.n_records == 200 for r in rows)
+    # each run's series are its own, whichever writer stored the layout's reference first
+    for row in store.scan_series([r.pk for r in rows]):
+        k = int(rows[row.index].run_id.rsplit("-", 1)[1])
+        names = store.names_of(row.ids.tolist())
+        assert {names[int(i)]: v for i, v in zip(row.ids, row.values())} == \
+            {f"ops/r{i}:e": i + k * 0.1 for i in range(200)}
+
+
+def test_a_layout_stored_first_by_another_writer_is_what_a_run_differs_from(store_url,
+                                                                              fingerprint):
+    """PostgreSQL: writer A stores a layout between writer B's look for it and B's insert
+    of its names and itself (B's inserts then do nothing); B's run is stored as its differences from A's
+    reference, not from its own values. (SQLite writers hold the write lock from the
+    start of the transaction, so there this cannot happen.)"""
+    from sqlalchemy import event
+
+    if not store_url.startswith("postgresql"):
+        pytest.skip("SQLite serialises writers (BEGIN IMMEDIATE): no writer can come between")
+    a, b = open_store(store_url), open_store(store_url)
+    run_a, run_b = _every_field(fingerprint, scale=1.0), _every_field(fingerprint, scale=2.0)
+    raced = []
+
+    @event.listens_for(b.engine, "before_cursor_execute")
+    def _a_first(conn, cursor, statement, *args):
+        if statement.startswith("INSERT INTO names") and not raced:
+            raced.append(a.put(run_a, run_id="a"))
+
+    b.put(run_b, run_id="b")
+    assert raced and raced[0][1]
+    store = open_store(store_url)
+    rows = {r.run_id: r for r in store.runs()}
+    for run_id, run in (("a", run_a), ("b", run_b)):
+        [row] = store.scan_series([rows[run_id].pk])
+        names = store.names_of(row.ids.tolist())
+        got = {names[int(i)]: v for i, v in zip(row.ids, row.values())}
+        assert got == {name: value for _, name, value, _ in series_of(run.records)}, run_id
 
 
 KILLED_WRITER = """
@@ -237,7 +330,7 @@ def test_kill_9_during_a_write_leaves_every_run_absent_or_whole(store_url):
     for row in rows:  # each stored run is whole: its records and its series
         run = store.load(row.pk)
         assert len(run.records) == row.n_records == 3000
-        assert sum(len(v) for _, _, _, _, v, _ in store.scan_series([row.pk])) == 3000
+        assert sum(len(r.values()) for r in store.scan_series([row.pk])) == 3000
     if store_url.startswith("sqlite"):
         with store.engine.connect() as conn:
             assert conn.exec_driver_sql("PRAGMA integrity_check").scalar() == "ok"

@@ -38,7 +38,6 @@ from harness.store import schema
 from harness.store.url import ENV, NewerStoreError, StoreError, check_url, driver_url, mask
 
 BUSY_SECONDS = 60.0
-COMPRESSION = 3
 ROLES = ("run", "baseline")
 
 
@@ -70,6 +69,40 @@ class StoredRun:
 
 
 _ROW_COLUMNS = [f.name for f in dataclasses.fields(StoredRun)]
+
+
+@dataclasses.dataclass(frozen=True)
+class SeriesRow:
+    """One stored run's history series (Note [What the store keeps]): ``ids`` are the
+    series name ids of its layout (int64), ``kinds`` their kinds (``b``/``m``, uint8);
+    ``ref_vals`` and ``ref_controls`` the layout's reference (the same arrays for every run
+    of that layout; controls NaN where there is none, None when not read); ``pos`` the
+    positions where this run differs from the reference, ``vals`` and ``controls`` its
+    values and controls there."""
+
+    index: int  # in the pks scanned
+    layout: str
+    ids: object
+    kinds: object
+    ref_vals: object
+    ref_controls: object
+    pos: object
+    vals: object
+    controls: object
+
+    def values(self):
+        """Every series' value in this run, in the layout's order."""
+        out = self.ref_vals.copy()
+        out[self.pos] = self.vals
+        return out
+
+    def all_controls(self):
+        """Every series' host control in this run (NaN: none), or None when not read."""
+        if self.ref_controls is None:
+            return None
+        out = self.ref_controls.copy()
+        out[self.pos] = self.controls
+        return out
 
 
 def _engine(url: str):
@@ -114,7 +147,7 @@ class Store:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self._layouts: set[str] = set()
+        self._layouts: dict[str, tuple] = {}  # digest -> its reference (values, controls)
         try:
             self.engine = _engine(url)
             self._ensure_schema()
@@ -223,7 +256,8 @@ class Store:
                    faulted=bool(run.faults), verdict=str(verdict).upper()[:10],
                    n_records=len(run.records), counts=json.dumps(counts, sort_keys=True),
                    source=str(source), stored_at=_utc_now(),
-                   head=zlib.compress(head, COMPRESSION), body=zlib.compress(body, COMPRESSION))
+                   head=zlib.compress(head, schema.COMPRESSION),
+                   body=zlib.compress(body, schema.COMPRESSION))
         series = series_of(run.records)
         conn = self._write()
         try:
@@ -255,32 +289,48 @@ class Store:
             conn.close()
 
     def _put_series(self, conn, pk: int, series: list, record_ids: dict[str, int]) -> None:
-        """The run's series values, in the order of a layout (stored once per set of ids,
-        with every name it holds, Note [What the store keeps])."""
+        """The run's series values, as differences from its layout's reference (Note [What
+        the store keeps]); a new layout is stored with every name it holds and this run's
+        values as its reference.
+
+        The reference is read back from the store, never assumed: on PostgreSQL a
+        concurrent writer may have stored the same layout first (its insert wins, ours does
+        nothing), and a run's differences must be from what is stored."""
         import numpy as np
         from sqlalchemy import select
 
-        kinds = "".join(kind for kind, _, _, _ in series).encode("ascii")
-        text = "\0".join([*(f"{kind}{name}" for kind, name, _, _ in series), "",
-                          *sorted(record_ids)])
+        lay = schema.series_layouts
+        kind_of, name_of, value_of, control_of = ([item[k] for item in series] for k in range(4))
+        kinds = "".join(kind_of).encode("ascii")
+        text = "\0".join([*map(str.__add__, kind_of, name_of), "", *sorted(record_ids)])
         digest = hashlib.sha256(text.encode()).hexdigest()  # the names, not their ids
-        if digest not in self._layouts and conn.execute(select(schema.layouts.c.digest).where(
-                schema.layouts.c.digest == digest)).scalar() is None:
-            ids = np.array([schema.name_id(kind, name) for kind, name, _, _ in series],
-                           dtype="<i8")
-            names = [{"id": record_ids[rid], "kind": "r", "name": rid} for rid in record_ids]
-            names += [{"id": int(i), "kind": kind, "name": name}
-                      for i, (kind, name, _, _) in zip(ids, series)]
-            _insert_many(conn, _insert_ignoring(conn, schema.names), names)
-            conn.execute(_insert_ignoring(conn, schema.layouts).values(
-                digest=digest, ids=zlib.compress(ids.tobytes(), COMPRESSION),
-                kinds=zlib.compress(kinds, COMPRESSION)))
-        self._layouts.add(digest)
-        vals = np.array([value for _, _, value, _ in series], dtype="<f8")
-        ctl = np.array([np.nan if c is None else c for _, _, _, c in series], dtype="<f8")
-        conn.execute(schema.series_values.insert().values(
-            run_pk=pk, layout=digest, vals=zlib.compress(vals.tobytes(), COMPRESSION),
-            controls=zlib.compress(ctl.tobytes(), COMPRESSION)))
+        vals = np.array(value_of, dtype="<f8")
+        ctl = np.full(len(series), np.nan, dtype="<f8")
+        for k, control in enumerate(control_of):
+            if control is not None:
+                ctl[k] = control
+        reference = self._layouts.get(digest)
+        if reference is None:
+            query = select(lay.c.ref_vals, lay.c.ref_controls).where(lay.c.digest == digest)
+            found = conn.execute(query).first()
+            if found is None:
+                ids = np.array([schema.name_id(kind, name) for kind, name, _, _ in series],
+                               dtype="<i8")
+                names = [{"id": record_ids[rid], "kind": "r", "name": rid} for rid in record_ids]
+                names += [{"id": int(i), "kind": kind, "name": name}
+                          for i, (kind, name, _, _) in zip(ids, series)]
+                _insert_many(conn, _insert_ignoring(conn, schema.names), names)
+                conn.execute(_insert_ignoring(conn, lay).values(
+                    digest=digest, ids=schema.pack(ids),
+                    kinds=schema.pack(np.frombuffer(kinds, dtype=np.uint8)),
+                    ref_vals=schema.pack(vals), ref_controls=schema.pack(ctl)))
+                found = conn.execute(query).one()
+            reference = self._layouts[digest] = (schema.unpack(found.ref_vals, "<f8"),
+                                                 schema.unpack(found.ref_controls, "<f8"))
+        pos, moved, moved_ctl = schema.differences(*reference, vals, ctl)
+        conn.execute(schema.series_diffs.insert().values(
+            run_pk=pk, layout=digest, pos=schema.pack(pos), vals=schema.pack(moved),
+            controls=schema.pack(moved_ctl)))
 
     # ------------------------------------------------------------------ reading
 
@@ -340,39 +390,41 @@ class Store:
 
     def scan_series(self, pks: Sequence[int], *, controls: str = "all"):
         """History's values, one stored run at a time (so a year of nightlies is never in
-        memory at once): ``(index in pks, layout, ids, kinds, values, controls)`` per run
-        that has series: ``layout`` names the set of ``ids`` (the series name ids, int64),
-        ``kinds`` their kinds (``b``/``m``, a uint8 array), ``controls`` NaN where there is
-        no host control. ``controls="benchmarks"``: None for a run whose layout has no
-        benchmark (``"none"``: for every run), and not decompressed."""
-        import numpy as np
+        memory at once): a :class:`SeriesRow` per run in ``pks`` that has series, in the
+        order of ``pks``. ``controls="benchmarks"``: no controls for a run whose layout
+        has no benchmark (``"none"``: for any run), and they are not decompressed."""
         from sqlalchemy import select
 
         if controls not in ("all", "benchmarks", "none"):
             raise ValueError(f"controls={controls!r}; expected 'all', 'benchmarks' or 'none'")
-        sv, lay = schema.series_values, schema.layouts
+        sd, lay = schema.series_diffs, schema.series_layouts
         layouts: dict[str, tuple] = {}
         row_of = {pk: i for i, pk in enumerate(pks)}
         with self._reading("cannot read series") as conn:
-            for start in range(0, len(pks), 32):
-                chunk = list(pks[start:start + 32])
-                columns = [sv.c.run_pk, sv.c.layout, sv.c.vals] + (
-                    [sv.c.controls] if controls != "none" else [])
-                rows = conn.execute(select(*columns).where(sv.c.run_pk.in_(chunk))).all()
+            for start in range(0, len(pks), 64):
+                chunk = list(pks[start:start + 64])
+                columns = [sd.c.run_pk, sd.c.layout, sd.c.pos, sd.c.vals] + (
+                    [sd.c.controls] if controls != "none" else [])
+                rows = conn.execute(select(*columns).where(sd.c.run_pk.in_(chunk))).all()
                 for row in sorted(rows, key=lambda r: row_of[r.run_pk]):
                     if row.layout not in layouts:
-                        found = conn.execute(select(lay.c.ids, lay.c.kinds).where(
+                        found = conn.execute(select(
+                            lay.c.ids, lay.c.kinds, lay.c.ref_vals, lay.c.ref_controls).where(
                             lay.c.digest == row.layout)).one()
-                        kinds = np.frombuffer(zlib.decompress(found.kinds), dtype=np.uint8)
-                        layouts[row.layout] = (
-                            np.frombuffer(zlib.decompress(found.ids), dtype="<i8"), kinds,
-                            bool((kinds == ord("b")).any()))
-                    ids, kinds, has_bench = layouts[row.layout]
+                        kinds = schema.unpack(found.kinds, "u1")
+                        layouts[row.layout] = (schema.unpack(found.ids, "<i8"), kinds,
+                                               bool((kinds == ord("b")).any()),
+                                               schema.unpack(found.ref_vals, "<f8"),
+                                               found.ref_controls)
+                    ids, kinds, has_bench, ref_vals, ref_controls = layouts[row.layout]
                     wanted = controls == "all" or (controls == "benchmarks" and has_bench)
-                    yield (row_of[row.run_pk], row.layout, ids, kinds,
-                           np.frombuffer(zlib.decompress(row.vals), dtype="<f8"),
-                           np.frombuffer(zlib.decompress(row.controls), dtype="<f8")
-                           if wanted else None)
+                    if wanted and isinstance(ref_controls, bytes):
+                        ref_controls = schema.unpack(ref_controls, "<f8")
+                        layouts[row.layout] = (*layouts[row.layout][:4], ref_controls)
+                    yield SeriesRow(row_of[row.run_pk], row.layout, ids, kinds, ref_vals,
+                                    ref_controls if wanted else None,
+                                    schema.unpack(row.pos, "<i4"), schema.unpack(row.vals, "<f8"),
+                                    schema.unpack(row.controls, "<f8") if wanted else None)
 
     def names_of(self, ids: Iterable[int]) -> dict[int, str]:
         """Name ids -> their names."""

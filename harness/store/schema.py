@@ -8,11 +8,17 @@ that hold the results file losslessly: ``head`` (every run-level field of docs/s
 and ``body`` (the records, as ``RunResults.to_json`` writes them). ``records`` has one row
 per record (run, record id, status), so "which runs had this record, with what status" is
 a query. Record ids and series names are stored once (``names``), keyed by a 64-bit hash
-of the name (:func:`name_id`), so a writer needs no lookup to know an id. ``series_values``
-is what history reads: per run, the numeric value of every history series (a benchmark's
-median, every other record's finite metrics) as one packed array in the order of a
-``layout`` (the run's series ids, stored once for every night that has the same ones), so
-a year of nightlies is read without parsing any JSON.
+of the name (:func:`name_id`), so a writer needs no lookup to know an id. History reads
+the numeric value of every history series per run (a benchmark's median, every other
+record's finite metrics) in the order of a layout (``series_layouts``): the run's series
+ids, stored once for every night that has the same ones, with the values and host
+controls of the first run stored in that layout (its reference). A run keeps in
+``series_diffs`` only the positions where its value or control differs from the
+reference, and their values: a deterministic kernel's error is the same every night, so a
+nightly of the default run keeps a few thousand of its ~217,000 values, and a year of
+nightlies is read without parsing any JSON and without decompressing what did not move
+(revision 0003; before it, ``series_values`` kept every value of every run in the order
+of ``layouts``).
 ``durations`` keeps each test's seconds, from which a shard plan (pytest-split) is built.
 
 Changing a table: add an Alembic revision under migrations/versions (``down_revision`` the
@@ -23,6 +29,7 @@ tests/test_store.py proves the migrations build exactly these tables.
 from __future__ import annotations
 
 import hashlib
+import zlib
 
 from sqlalchemy import (
     BigInteger,
@@ -39,7 +46,10 @@ from sqlalchemy import (
     Text,
 )
 
-HEAD = "0002"
+COMPRESSION = 3
+"""zlib level of every stored blob."""
+
+HEAD = "0003"
 """The newest schema revision (the last Alembic revision in migrations/versions)."""
 
 metadata = MetaData()
@@ -79,11 +89,15 @@ names = Table(
     Column("name", Text, nullable=False),
 )
 
-layouts = Table(
-    "layouts", metadata,
+series_layouts = Table(  # revision 0003 (replaces layouts, adding the reference)
+    "series_layouts", metadata,
     Column("digest", String(64), primary_key=True),  # sha256 of the ids
     Column("ids", LargeBinary, nullable=False),  # zlib(int64 little-endian): series name ids
     Column("kinds", LargeBinary, nullable=False),  # zlib(ASCII): each series' kind (b or m)
+    # the first stored run's values and controls (zlib(float64 LE), NaN: no control), what
+    # every run of the layout is stored as a difference from
+    Column("ref_vals", LargeBinary, nullable=False),
+    Column("ref_controls", LargeBinary, nullable=False),
 )
 
 records = Table(
@@ -95,13 +109,16 @@ records = Table(
     Index("ix_records_record", "record", "run_pk"),
 )
 
-series_values = Table(
-    "series_values", metadata,
+series_diffs = Table(  # revision 0003 (replaces series_values)
+    "series_diffs", metadata,
     Column("run_pk", Integer, ForeignKey("runs.pk", ondelete="CASCADE"), primary_key=True),
-    Column("layout", String(64), ForeignKey("layouts.digest"), nullable=False),
-    Column("vals", LargeBinary, nullable=False),  # zlib(float64 LE), in the layout's order
-    Column("controls", LargeBinary, nullable=False),  # zlib(float64 LE), NaN: no control
+    Column("layout", String(64), ForeignKey("series_layouts.digest"),
+           nullable=False),
+    Column("pos", LargeBinary, nullable=False),  # zlib(int32 LE): positions that differ
+    Column("vals", LargeBinary, nullable=False),  # zlib(float64 LE): the values there
+    Column("controls", LargeBinary, nullable=False),  # zlib(float64 LE): controls there
 )
+
 
 durations = Table(
     "durations", metadata,
@@ -117,3 +134,25 @@ def name_id(kind: str, name: str) -> int:
     signed 64-bit integer (a collision among a million names has odds near 3e-8)."""
     digest = hashlib.blake2b(f"{kind}\0{name}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little", signed=True)
+
+
+def pack(array) -> bytes:
+    """A numpy array as stored: zlib of its little-endian bytes."""
+    return zlib.compress(array.tobytes(), COMPRESSION)
+
+
+def unpack(blob: bytes, dtype: str):
+    """The array :func:`pack` stored (``dtype``: ``"<f8"``, ``"<i4"``, ``"<i8"``, ``"u1"``)."""
+    import numpy as np
+
+    return np.frombuffer(zlib.decompress(blob), dtype=dtype)
+
+
+def differences(ref_vals, ref_controls, vals, controls):
+    """``(positions, values, controls)`` where a run's series differ from its layout's
+    reference (a control differs unless both are equal or both NaN; values are finite)."""
+    import numpy as np
+
+    same_control = (controls == ref_controls) | (np.isnan(controls) & np.isnan(ref_controls))
+    pos = np.flatnonzero((vals != ref_vals) | ~same_control).astype("<i4")
+    return pos, vals[pos], controls[pos]

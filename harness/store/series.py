@@ -40,7 +40,9 @@ def series_of(records: dict) -> list[tuple[str, str, float, Optional[float]]]:
         if rec.status not in HISTORY_STATUSES:
             continue
         for name, value in rec.metrics.items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool) \
-                    and math.isfinite(value):
+            kind = type(value)  # int or float, never bool; finite: x - x is 0 (NaN for inf)
+            if (kind is float and value - value == 0.0) or kind is int or (
+                    kind is not bool and isinstance(value, (int, float))
+                    and math.isfinite(value)):
                 out.append((METRIC, f"{record_id}:{name}", float(value), None))
     return out
