@@ -287,7 +287,7 @@ class _Forked:
         self.pid = process.pid
 
     @classmethod
-    def start(cls, server, argv: list[str], env: dict, threads: int, log: Path) -> "_Forked":
+    def start(cls, server, argv: list[str], env: dict, threads: int, log: Path) -> _Forked:
         process = server.Process(target=_forked_rank, args=(argv, env, threads, str(log)),
                                  daemon=False)
         process.start()

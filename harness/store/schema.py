@@ -91,7 +91,7 @@ names = Table(
 
 series_layouts = Table(  # revision 0003 (replaces layouts, adding the reference)
     "series_layouts", metadata,
-    Column("digest", String(64), primary_key=True),  # sha256 of the ids
+    Column("digest", String(64), primary_key=True),  # sha256 of the series and record names
     Column("ids", LargeBinary, nullable=False),  # zlib(int64 little-endian): series name ids
     Column("kinds", LargeBinary, nullable=False),  # zlib(ASCII): each series' kind (b or m)
     # the first stored run's values and controls (zlib(float64 LE), NaN: no control), what
@@ -112,13 +112,11 @@ records = Table(
 series_diffs = Table(  # revision 0003 (replaces series_values)
     "series_diffs", metadata,
     Column("run_pk", Integer, ForeignKey("runs.pk", ondelete="CASCADE"), primary_key=True),
-    Column("layout", String(64), ForeignKey("series_layouts.digest"),
-           nullable=False),
+    Column("layout", String(64), ForeignKey("series_layouts.digest"), nullable=False),
     Column("pos", LargeBinary, nullable=False),  # zlib(int32 LE): positions that differ
     Column("vals", LargeBinary, nullable=False),  # zlib(float64 LE): the values there
     Column("controls", LargeBinary, nullable=False),  # zlib(float64 LE): controls there
 )
-
 
 durations = Table(
     "durations", metadata,
