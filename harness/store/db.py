@@ -92,17 +92,19 @@ class SeriesRow:
 
     def values(self):
         """Every series' value in this run, in the layout's order."""
-        out = self.ref_vals.copy()
-        out[self.pos] = self.vals
-        return out
+        return _patched(self.ref_vals, self.pos, self.vals)
 
     def all_controls(self):
         """Every series' host control in this run (NaN: none), or None when not read."""
-        if self.ref_controls is None:
-            return None
-        out = self.ref_controls.copy()
-        out[self.pos] = self.controls
-        return out
+        return None if self.ref_controls is None else _patched(self.ref_controls, self.pos,
+                                                                 self.controls)
+
+
+def _patched(reference, pos, values):
+    """The reference with ``values`` at positions ``pos`` (a copy)."""
+    out = reference.copy()
+    out[pos] = values
+    return out
 
 
 def _engine(url: str):
@@ -392,7 +394,7 @@ class Store:
         """History's values, one stored run at a time (so a year of nightlies is never in
         memory at once): a :class:`SeriesRow` per run in ``pks`` that has series, in the
         order of ``pks``. ``controls="benchmarks"``: no controls for a run whose layout
-        has no benchmark (``"none"``: for any run), and they are not decompressed."""
+        has no benchmark (``"none"``: for any run), and its own are not decompressed."""
         from sqlalchemy import select
 
         if controls not in ("all", "benchmarks", "none"):
@@ -415,12 +417,9 @@ class Store:
                         layouts[row.layout] = (schema.unpack(found.ids, "<i8"), kinds,
                                                bool((kinds == ord("b")).any()),
                                                schema.unpack(found.ref_vals, "<f8"),
-                                               found.ref_controls)
+                                               schema.unpack(found.ref_controls, "<f8"))
                     ids, kinds, has_bench, ref_vals, ref_controls = layouts[row.layout]
                     wanted = controls == "all" or (controls == "benchmarks" and has_bench)
-                    if wanted and isinstance(ref_controls, bytes):
-                        ref_controls = schema.unpack(ref_controls, "<f8")
-                        layouts[row.layout] = (*layouts[row.layout][:4], ref_controls)
                     yield SeriesRow(row_of[row.run_pk], row.layout, ids, kinds, ref_vals,
                                     ref_controls if wanted else None,
                                     schema.unpack(row.pos, "<i4"), schema.unpack(row.vals, "<f8"),
