@@ -518,7 +518,8 @@ def _matrix_store(tmp_path, fingerprint):
     for k, (slug, stack, status) in enumerate(nights):
         fp = dict(fingerprint, device_type="npu", device_slug=slug, stack_id=stack)
         run = RunResults(fp, {"ops/exp": Record("ops/exp", status, test="t1"),
-                              "amp/loss": Record("amp/loss", "pass", test="t2")},
+                              "amp/loss": Record("amp/loss", "pass", test="t2"),
+                              "bench/mm": Record("bench/mm", "skip", test="t3")},  # not run
                          started=f"2026-12-0{k + 1}T23:00:00Z", outcomes={"t1": "passed"})
         store.put(run, run_id=f"n{k}", source=str(tmp_path / f"n{k}.json"))
     return url

@@ -4,7 +4,8 @@ Rows are device slugs and, within each, stacks (newest last); columns are check 
 (a record id's first part). A cell is the latest run of that slug and stack judged by
 :func:`harness.verdict.judge` on the family's records alone (against the same family of
 the baseline the run compared with, when that file is there), with its counts, a
-sparkline of the last nights' verdicts and a link to the run's results file. A slug's
+sparkline of the last nights' verdicts and a link to the run's results file (a family
+whose records are all skips was not run: no cell). A slug's
 stack upgrades inside the window are listed with the night they happened. Rendered by
 Jinja2 templates (``templates/matrix.html.j2``, ``matrix.md.j2``) with autoescaping.
 """
@@ -49,6 +50,7 @@ def _family(run, family: str):
 def build(store, window: int = WINDOW) -> tuple[list[Row], dict, list[str]]:
     """``(rows, upgrades per device, families)`` of the matrix (Note in the module)."""
     from harness import results
+    from harness.ids import Status
     from harness.stack import stack_sort_key
     from harness.verdict import judge
 
@@ -78,7 +80,11 @@ def build(store, window: int = WINDOW) -> tuple[list[Row], dict, list[str]]:
         for k, stored_run in enumerate(nights):
             run = store.load(stored_run.pk)
             base = baseline_of(run.baseline)
-            for family in sorted({rec.suite for rec in run.records.values()}):
+            # a family whose every record is a skip (an opt-in family not selected, as
+            # benchmarks are by default) was not run: no cell, rather than the
+            # NO-GO of "nothing checked" that judging it alone would give
+            for family in sorted({rec.suite for rec in run.records.values()
+                                  if rec.status != Status.SKIP}):
                 families.add(family)
                 judged = judge(_family(run, family), _family(base, family) if base else None,
                                baseline_name=Path(run.baseline or "").stem)
