@@ -92,6 +92,24 @@ def _error(exc: BaseException) -> dict:
             "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))}
 
 
+# Note [A failed collective outlives its error]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# gloo runs a collective on a worker thread, which completes the work (the caller's
+# ``wait`` returns, or raises the work's error) and only then clears its in-progress slot
+# (``ProcessGroupGloo::runLoop``). ``dist.barrier()`` first waits on every work still in
+# those slots (``AsyncBarrierWork`` waits on its ``priorWork``), so a barrier entered in that
+# gap re-raises the previous collective's error and never takes part: seen once on an
+# Intel Xeon in the test command, where rank 0 went from a collective that gloo cannot run
+# (``all_reduce`` AVG of int64, recorded ``unsupported``) straight into the barrier check,
+# which then failed with that collective's "result type Float can't be cast to ... Long",
+# and every later check of the launch with it (rank 1 still waited in its barrier). A rank
+# whose check raised waits SETTLE_AFTER_ERROR before the next check: the gap is a
+# mutex away, and only the ~20 unsupported cases of a launch pay it. (Two gloo ranks
+# alternating that all_reduce and a barrier, torch 2.13 on the same Xeon: the barrier
+# failed at the 218th of 300 rounds without the wait, in none of 300 with it.)
+SETTLE_AFTER_ERROR = 0.02
+
+
 def run_rank(checks: Sequence[SubCheck], out: Union[str, Path], *, device_type: str = "auto",
              seed: int = 0, timeout: float = 120.0, gather: bool = False) -> int:
     """The rank program: join the group, run every sub-check, write results (env:// init).
@@ -149,6 +167,7 @@ def run_rank(checks: Sequence[SubCheck], out: Union[str, Path], *, device_type: 
         except Exception as exc:  # noqa: BLE001 - a check's exception is its result
             result = _error(exc)
             all_ok = False
+            time.sleep(SETTLE_AFTER_ERROR)  # Note [A failed collective outlives its error]
         result["seconds"] = round(time.perf_counter() - began, 3)
         writer.data["results"][check.name] = result
         writer.update(current=None)
