@@ -208,9 +208,9 @@ def ulp(reference: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """The unit in the last place of ``dtype`` at each (float64) reference value."""
     limits = DTYPE_LIMITS[dtype]
     _, exponent = torch.frexp(reference)  # |x| = m * 2**e, 0.5 <= m < 1
-    exponent = torch.where(reference == 0, limits.min_exponent, exponent - 1)
+    exponent = torch.where(torch.eq(reference, 0), limits.min_exponent, torch.sub(exponent, 1))
     exponent = exponent.clamp_min(limits.min_exponent)
-    return torch.ldexp(torch.ones_like(reference), exponent - limits.mantissa_bits)
+    return torch.ldexp(torch.ones_like(reference), torch.sub(exponent, limits.mantissa_bits))
 
 
 def nonfinite_classes(values: torch.Tensor) -> torch.Tensor:
@@ -231,61 +231,75 @@ def _f(value) -> float:
 # statistics are reductions of ``torch.where`` tensors (boolean indexing copies and
 # synchronises), the scalars of one output are stacked and read with one ``tolist()``, an
 # output without NaN/Inf skips classifying them, and the sign test counts both senses as
-# rows of one tensor. The values are the same statistics (sums in another order: within
-# 1e-14 relative of the per-statistic version; scripts/default_run_speed.py measures it).
+# rows of one tensor. The DUT's error and the CPU's own error in the same dtype are two
+# rows of one pass (:func:`_errors`). The values are the same statistics (sums in another
+# order: within 1e-14 relative of the per-statistic version).
+#
+# In these hot paths tensor arithmetic is written as torch's functions (``torch.sub(x,
+# r)``, ``torch.gt``), not operators: a profiler (cProfile, which
+# scripts/default_run_speed.py uses to find the harness's share of a run) charges the
+# kernel behind an operator (``x - r``) to the Python function that wrote it, so only
+# with the functions does the profile tell the harness's own Python from torch's work.
 
 
 def _errors(x: torch.Tensor, r: torch.Tensor, limits: DtypeLimits, dtype: torch.dtype,
-            want_ulp: bool, mag: Optional[torch.Tensor] = None) -> dict[str, float]:
-    """Error statistics of finite ``x`` against finite ``r`` (both float64, 1-D).
+            want_ulp: bool, mag: Optional[torch.Tensor] = None) -> list[dict[str, float]]:
+    """Error statistics of each row of finite ``x`` against finite ``r`` (float64; ``x``
+    ``(k, n)``, ``r`` ``(n,)``): one dict per row, the DUT's and the CPU's own error in
+    one pass (Note [Statistics in one pass of torch]).
 
     ``mag`` is the magnitude relative quantities are measured against (Note [Condition
     of products and reductions]); ``|r|`` when None.
     """
-    n = x.numel()
+    rows, n = x.shape
     if n == 0:
         out = {k: 0.0 for k in ("max_abs_err", "max_rel_err", "mean_rel_err", "rmse",
                                 "err_balance", "small_abs_err")}
         out["cosine"] = 1.0
         if want_ulp:
             out.update(ulp_mean=0.0, ulp_max=0.0, ulp_gt1_share=0.0, ulp_gt32_share=0.0)
-        return out
+        return [dict(out) for _ in range(rows)]
     # Note [Statistics in one pass of torch]: every statistic is a reduction of a
-    # masked tensor (torch.where, never boolean indexing, which copies), stacked and read
-    # back with one tolist()
-    diff = x - r
-    err = diff.abs()
-    absr = r.abs() if mag is None else mag
-    small = absr < limits.small_value
+    # masked tensor (torch.where, never boolean indexing, which copies), over the last
+    # dimension for every row at once, stacked and read back with one tolist()
+    diff = torch.sub(x, r)
+    err = torch.abs(diff)
+    absr = torch.abs(r) if mag is None else mag
+    small = torch.lt(absr, limits.small_value)
     normal_count = n - int(small.sum())
-    signed = torch.where(small, 0.0, diff / absr)
-    rel = signed.abs()
-    stats = [err.max(), rel.max(), rel.sum(), diff.dot(diff) / n, signed.sum(),
-             torch.where(small, err, 0.0).max(), torch.linalg.vector_norm(x),
-             torch.linalg.vector_norm(r), x.dot(r)]
+    signed = torch.where(small, 0.0, torch.div(diff, absr))
+    rel = torch.abs(signed)
+    stats = [err.amax(1), rel.amax(1), rel.sum(1), torch.div(torch.mul(diff, diff).sum(1), n),
+             signed.sum(1), torch.where(small, err, 0.0).amax(1),
+             torch.linalg.vector_norm(x, dim=1),
+             torch.linalg.vector_norm(r).expand(rows), torch.mv(x, r)]
     if want_ulp:
-        ulps = err / ulp(absr, dtype)
-        stats += [ulps.mean(), ulps.max(), (ulps > 1).sum(), (ulps > 32).sum()]
-    values = torch.stack([t.double() for t in stats]).tolist()
-    max_abs, max_rel, rel_sum, mse, signed_sum, small_abs, nx, nr, dot = values[:9]
+        ulps = torch.div(err, ulp(absr, dtype))
+        stats += [ulps.mean(1), ulps.amax(1), torch.gt(ulps, 1).sum(1),
+                  torch.gt(ulps, 32).sum(1)]
+    table = torch.stack([t.double() for t in stats], 1).tolist()
     normal = max(normal_count, 1)
-    out = {"max_abs_err": max_abs,
-           "max_rel_err": max_rel if normal_count else 0.0,
-           "mean_rel_err": rel_sum / normal if normal_count else 0.0,
-           "rmse": math.sqrt(mse),
-           "err_balance": abs(signed_sum / normal) if normal_count else 0.0,
-           "small_abs_err": small_abs if normal_count < n else 0.0}
-    if nx == 0.0 and nr == 0.0:
-        out["cosine"] = 1.0
-    elif nx == 0.0 or nr == 0.0:
-        out["cosine"] = 0.0
-    else:
-        out["cosine"] = min(1.0, dot / (nx * nr))
-    if want_ulp:
-        ulp_mean, ulp_max, gt1, gt32 = values[9:]
-        out.update(ulp_mean=ulp_mean, ulp_max=ulp_max, ulp_gt1_share=gt1 / n,
-                   ulp_gt32_share=gt32 / n)
-    return out
+    results = []
+    for values in table:
+        max_abs, max_rel, rel_sum, mse, signed_sum, small_abs, nx, nr, dot = values[:9]
+        out = {"max_abs_err": max_abs,
+               "max_rel_err": max_rel if normal_count else 0.0,
+               "mean_rel_err": rel_sum / normal if normal_count else 0.0,
+               "rmse": math.sqrt(mse),
+               "err_balance": abs(signed_sum / normal) if normal_count else 0.0,
+               "small_abs_err": small_abs if normal_count < n else 0.0}
+        if nx == 0.0 and nr == 0.0:
+            out["cosine"] = 1.0
+        elif nx == 0.0 or nr == 0.0:
+            out["cosine"] = 0.0
+        else:
+            out["cosine"] = min(1.0, dot / (nx * nr))
+        if want_ulp:
+            ulp_mean, ulp_max, gt1, gt32 = values[9:]
+            out.update(ulp_mean=ulp_mean, ulp_max=ulp_max, ulp_gt1_share=gt1 / n,
+                       ulp_gt32_share=gt32 / n)
+        results.append(out)
+    return results
 
 
 def _fmt(value: float) -> str:
@@ -491,7 +505,7 @@ class Absolute(Standard):
     def judge(self, out: Measured) -> Judgement:
         limits = out.limits
         allowance = torch.where(out.small, torch.full_like(out.mag, limits.small_value_atol),
-                                limits.abs_rtol * out.mag)
+                                torch.mul(out.mag, limits.abs_rtol))
         described = (f"relative error <= {_fmt(limits.abs_rtol)} where |reference| >= "
                      f"{_fmt(limits.small_value)}, else absolute error <= "
                      f"{_fmt(limits.small_value_atol)}")
@@ -514,7 +528,7 @@ class Ulp(Standard):
         std, m, ref_m, dtype = self.limits, out.m, out.ref_m, out.dtype
         failures: list[str] = []
         low = dtype in LOW_PRECISION
-        allowance = ulp(out.mag, dtype) * (1.0 if low else 32.0)
+        allowance = torch.mul(ulp(out.mag, dtype), 1.0 if low else 32.0)
         if out.low_err is not None:  # Note [CPU's own error]
             allowance = torch.maximum(allowance, out.low_err)
         if low:
@@ -573,7 +587,7 @@ class Relative(Standard):
     def judge(self, out: Measured) -> Judgement:
         limits, m, ref_m, eps = out.limits, out.m, out.ref_m, out.eps
         if ref_m is None:  # assert_close's defaults
-            allowance = limits.atol + limits.rtol * out.mag
+            allowance = torch.add(torch.mul(out.mag, limits.rtol), limits.atol)
             described = (f"no low-precision reference: |dut - ref| <= atol + rtol * |ref| "
                          f"(assert_close defaults rtol {limits.rtol:g}, atol {limits.atol:g})")
             return Judgement(allowance, described, [], mismatches_fail=True)
@@ -590,7 +604,7 @@ class Relative(Standard):
         max_rel_allowed = std["max_rel_err"] * max(ref_m["max_rel_err"], eps)
         small_allowed = std["small_abs_err"] * max(ref_m["small_abs_err"], limits.small_value_atol)
         allowance = torch.where(out.small, torch.full_like(out.mag, small_allowed),
-                                max_rel_allowed * out.mag)
+                                torch.mul(out.mag, max_rel_allowed))
         described = ("DUT error / CPU reference error (same dtype): "
                      + ", ".join(f"{k} <= {v:g}x" for k, v in std.items()))
         return Judgement(allowance, described, failures, mismatches_fail=False)
@@ -642,24 +656,25 @@ class Floor:
     def _sign_test(self, out: Measured) -> list[str]:
         """The paired sign test of the error directions (Note [Error balance]); both
         senses at once, as rows of one tensor, its counts read back with one tolist()."""
-        normal = ~out.small
+        normal = torch.logical_not(out.small)
         all_normal = bool(normal.all())
-        ref = out.ref if all_normal else out.ref[normal]
+        ref = out.ref if all_normal else torch.masked_select(out.ref, normal)
+        absref = torch.abs(ref)
 
         def directions(x: torch.Tensor) -> torch.Tensor:  # rows: SENSES
-            return torch.stack([torch.sign(ref.abs() - x.abs()), torch.sign(ref - x)])
+            return torch.sign(torch.stack([torch.sub(absref, torch.abs(x)), torch.sub(ref, x)]))
 
-        dut_dirs = directions(out.dut if all_normal else out.dut[normal])
-        counts = [(dut_dirs > 0).sum(1), (dut_dirs != 0).sum(1)]
+        dut_dirs = directions(out.dut if all_normal else torch.masked_select(out.dut, normal))
+        counts = [torch.gt(dut_dirs, 0), torch.ne(dut_dirs, 0)]
         if out.low is not None:
-            low = out.low if all_normal else out.low[normal]
+            low = out.low if all_normal else torch.masked_select(out.low, normal)
             keep = torch.isfinite(low)
             cpu = directions(low)
-            counts += [(cpu > 0) & keep, (cpu != 0) & keep, (dut_dirs > cpu) & keep,
-                       (dut_dirs < cpu) & keep]
-            counts[2:] = [c.sum(1) for c in counts[2:]]
-            counts.append(keep.sum().expand(2))
-        rows = torch.stack(counts).tolist()
+            counts += [torch.logical_and(torch.gt(cpu, 0), keep),
+                       torch.logical_and(torch.ne(cpu, 0), keep),
+                       torch.logical_and(torch.gt(dut_dirs, cpu), keep),
+                       torch.logical_and(torch.lt(dut_dirs, cpu), keep), keep.expand(2, -1)]
+        rows = torch.stack(counts).sum(2).tolist()
         for i, sense in enumerate(SENSES):
             out.metrics[f"{sense}_share"] = _share(rows[0][i], rows[1][i])
         if out.low is None:
@@ -818,7 +833,7 @@ def compare_outputs(dut: torch.Tensor, reference: torch.Tensor,
         mag = scale.double().abs()
     out, d, r, finite, nonfinite_bad = _measure(dut, ref, lowp, judge.wants_ulp, mag)
     judgement = judge.judge(out)
-    bad_finite = out.err > judgement.allowance
+    bad_finite = torch.gt(out.err, judgement.allowance)
     bad_count = int(bad_finite.sum())
     mismatched = bad_count + out.nan_inf
     out.metrics["mismatched"] = float(mismatched)
@@ -865,20 +880,25 @@ def _measure(dut: torch.Tensor, ref: torch.Tensor, lowp: Optional[torch.Tensor],
     # the magnitude every relative quantity is measured against (Note [Condition ...])
     fmag = fr.abs() if scale is None else torch.maximum(
         fr.abs(), fscale.nan_to_num(nan=0.0, posinf=0.0))
-    m = _errors(fd, fr, limits, dtype, want_ulp, fmag)
+    ref_m = low_err = low = None
+    low_finite = False
+    if has_low:
+        low = lw if nan_inf == 0 and fd is d else lw[finite]
+        low_finite = bool(torch.isfinite(low).all())
+    if low_finite:  # the usual case: the DUT's and the CPU's own error in one pass
+        m, ref_m = _errors(torch.stack([fd, low]), fr, limits, dtype, want_ulp, fmag)
+        low_err = torch.abs(torch.sub(low, fr))
+    else:
+        m, = _errors(fd.unsqueeze(0), fr, limits, dtype, want_ulp, fmag)
     metrics: dict[str, float] = dict(m)
     metrics["nan_inf_mismatch"] = float(nan_inf)
     metrics["numel"] = float(dut.numel())
     rms_ref = math.sqrt(_f(fmag.dot(fmag)) / fr.numel()) if fr.numel() else 0.0
-    ref_m = low_err = low = None
     if has_low:
-        low = lw if nan_inf == 0 and fd is d else lw[finite]
-        if bool(torch.isfinite(low).all()):
-            ref_m = _errors(low, fr, limits, dtype, want_ulp, fmag)
-            low_err = (low - fr).abs()
-        else:
+        if not low_finite:
             lfinite = torch.isfinite(low)
-            ref_m = _errors(low[lfinite], fr[lfinite], limits, dtype, want_ulp, fmag[lfinite])
+            ref_m, = _errors(low[lfinite].unsqueeze(0), fr[lfinite], limits, dtype, want_ulp,
+                             fmag[lfinite])
             low_err = (low - fr).abs().nan_to_num(nan=0.0, posinf=0.0)
             low = torch.where(lfinite, low, math.nan)
         metrics["ref_cosine"] = ref_m["cosine"]
@@ -886,7 +906,8 @@ def _measure(dut: torch.Tensor, ref: torch.Tensor, lowp: Optional[torch.Tensor],
                     *(("ulp_gt1_share", "ulp_gt32_share", "ulp_mean") if want_ulp else ())):
             metrics[f"ref_{key}"] = ref_m[key]
     out = Measured(dtype=dtype, limits=limits, eps=torch.finfo(dtype).eps, dut=fd, ref=fr,
-                   low=low, mag=fmag, err=(fd - fr).abs(), small=fmag < limits.small_value,
+                   low=low, mag=fmag, err=torch.abs(torch.sub(fd, fr)),
+                   small=torch.lt(fmag, limits.small_value),
                    m=m, ref_m=ref_m, low_err=low_err, rms_ref=rms_ref,
                    conditioned=scale is not None, nan_inf=nan_inf, metrics=metrics)
     return out, d, r, finite, nonfinite_bad

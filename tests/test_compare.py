@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from harness.compare import DTYPE_LIMITS, STANDARDS, compare_outputs, ulp
+from harness.compare import DTYPE_LIMITS, STANDARDS, _errors, compare_outputs, ulp
 
 
 def _up(x: torch.Tensor) -> torch.Tensor:
@@ -366,3 +366,37 @@ def test_error_balance_stays_quiet_for_an_unbiased_kernel_with_other_roundings()
     verdict = compare_outputs(other, ref, cpu, standard="relative")
     assert verdict.passed, verdict.message
     assert compare_outputs(other, ref, cpu, standard="absolute").passed
+
+
+# ------------------------------------------- Note [Statistics in one pass of torch]
+
+@pytest.mark.parametrize("want_ulp", [False, True])
+def test_errors_of_two_rows_in_one_pass_equal_each_row_alone(want_ulp):
+    """The DUT's and the CPU's own error statistics are two rows of one pass; each row's
+    statistics are those of the row measured alone (sums in another order: 1e-14)."""
+    gen = torch.Generator().manual_seed(3)
+    ref = torch.randn(300, generator=gen, dtype=torch.float64)
+    ref[:7] = 1e-5  # small values: the absolute branch
+    dut = ref.half().double()
+    low = (ref * (1 + 2e-3 * torch.randn(300, generator=gen, dtype=torch.float64))).half().double()
+    limits = DTYPE_LIMITS[torch.float16]
+    both = _errors(torch.stack([dut, low]), ref, limits, torch.float16, want_ulp)
+    alone = [_errors(row.unsqueeze(0), ref, limits, torch.float16, want_ulp)[0]
+             for row in (dut, low)]
+    assert both[0] != both[1]  # two different kernels' errors, not one row twice
+    for pair, single in zip(both, alone):
+        assert pair.keys() == single.keys()
+        for key, value in single.items():
+            assert pair[key] == pytest.approx(value, rel=1e-14, abs=1e-300), key
+
+
+def test_a_verdict_reads_the_cpus_own_error_from_the_same_pass():
+    """With an all-finite low-precision reference, ref_* metrics are the CPU's own error
+    (the second row), not the DUT's."""
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(200, generator=gen)
+    dut = (x.double() * 1.01).half()  # a 1% error: far worse than the CPU's rounding
+    verdict = compare_outputs(dut, x.double(), x.half(), standard="relative")
+    assert verdict.metrics["max_rel_err"] > 0.009
+    assert verdict.metrics["ref_max_rel_err"] < 2 ** -10
+    assert not verdict.passed
