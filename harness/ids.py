@@ -67,7 +67,7 @@ def worst(statuses) -> str:
     """The worst of ``statuses`` (``pass`` for none)."""
     order = (Status.ERROR, Status.FAIL, Status.SLOWER, Status.UNSUPPORTED, Status.FALLBACK,
              Status.SKIP, Status.PASS)
-    present = {Status(s) for s in statuses}
+    present = {s if type(s) is Status else Status(s) for s in statuses}
     return next((s.value for s in order if s in present), Status.PASS.value)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import gzip
 import json
 import math
@@ -188,6 +189,12 @@ class Rule:
         return "regression" if self.better == "equal" else "review"
 
     def to_json(self) -> dict:
+        return dict(self.json)
+
+    @functools.cached_property
+    def json(self) -> dict:
+        """:meth:`to_json`, built once per rule and shared (read it, never change it):
+        a default run writes 200,000 rules, 19,000 distinct ones (:meth:`from_json`)."""
         out = {"better": self.better, "rel": self.rel, "abs": self.abs}
         if self.noise is not None:
             out["noise"] = self.noise
@@ -285,7 +292,7 @@ class Record:
     def to_json(self) -> dict:
         out: dict[str, Any] = {"suite": self.suite, "status": self.status,
                                "metrics": dict(self.metrics),
-                               "rules": {k: r.to_json() for k, r in self.rules.items()}}
+                               "rules": {k: r.json for k, r in self.rules.items()}}
         if self.test:
             out["test"] = self.test
         if self.message:
@@ -512,10 +519,12 @@ def _umask() -> int:
     return mask
 
 
-def dumps(results: RunResults) -> str:
-    """JSON with one record per line: compact for 10,000 records, readable in a diff."""
-    doc = results.to_json()
-    records = doc.pop("records")
+def dumps(results: RunResults, doc: Optional[dict] = None) -> str:
+    """JSON with one record per line: compact for 10,000 records, readable in a diff.
+    ``doc``: ``results.to_json()`` when the caller has it (read, not changed)."""
+    doc = results.to_json() if doc is None else doc
+    records = doc["records"]
+    doc = {key: value for key, value in doc.items() if key != "records"}
     head = json.dumps(doc, indent=1, allow_nan=False)[:-2]  # drop the closing "\n}"
     lines = [f" {json.dumps(rid)}: {json.dumps(rec, separators=(',', ':'), allow_nan=False)}"
              for rid, rec in records.items()]
@@ -578,10 +587,10 @@ def prune(folder: Union[str, Path], keep: int) -> list[Path]:
     return removed
 
 
-def write(results: RunResults, path: Union[str, Path]) -> Path:
+def write(results: RunResults, path: Union[str, Path], doc: Optional[dict] = None) -> Path:
     """Write atomically: gzip-compressed where the name ends ``.gz`` (a run's file), plain
-    JSON otherwise (a baseline) (Note [Compressed run files])."""
-    text = dumps(results)
+    JSON otherwise (a baseline) (Note [Compressed run files]). ``doc``: as :func:`dumps`."""
+    text = dumps(results, doc)
     if str(path).endswith(".gz"):
         atomic_write_text(path, gzip.compress(text.encode("utf-8"), GZIP_LEVEL, mtime=0))
     else:

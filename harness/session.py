@@ -355,10 +355,11 @@ def _write_results(state: RunState) -> None:
     settings, run = state.settings, state.run
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
     try:
+        doc = run.to_json()  # once, for the file and the store
         path = results_mod.write(run, settings.results_dir /
-                                   f"{stamp}-{state.device.type}{results_mod.RESULTS_SUFFIX}")
+                                 f"{stamp}-{state.device.type}{results_mod.RESULTS_SUFFIX}", doc)
         state.written.append(f"results: {path}")
-        if not _write_store(state, path):
+        if not _write_store(state, path, doc):
             return  # Note [Nothing deletes history]: the JSON is the only copy
         pruned = results_mod.prune(settings.results_dir, settings.keep_results)
         if pruned:
@@ -379,9 +380,9 @@ def _write_results(state: RunState) -> None:
 # files later. The verdict is the stack's: a store that is down does not change it.
 
 
-def _write_store(state: RunState, path: Path) -> bool:
+def _write_store(state: RunState, path: Path, doc: Optional[dict] = None) -> bool:
     """Keep the run in the store; False (and a line saying how to import it later) when
-    the store cannot be written."""
+    the store cannot be written. ``doc``: the run's JSON, when already built."""
     from harness.store import StoreError, mask, open_store
 
     settings = state.settings
@@ -389,7 +390,7 @@ def _write_store(state: RunState, path: Path) -> bool:
         store = open_store(settings.store)
         try:
             store.put(state.run, run_id=settings.run_id, shard=settings.shard,
-                      source=str(path), durations=state.durations)
+                      source=str(path), durations=state.durations, doc=doc)
         finally:
             store.close()
     except StoreError as exc:

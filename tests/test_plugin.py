@@ -221,3 +221,60 @@ def test_xdist_records_reach_the_controller(project):
     assert {f"demo/x{i}" for i in range(4)} <= set(records)
     [stored] = list((project.path / "b" / "cpu").glob("*/*.json"))
     assert {f"demo/x{i}" for i in range(4)} <= set(json.loads(stored.read_text())["records"])
+
+
+def test_records_reach_the_results_file_in_one_process(project):
+    """Note [Records travel with reports]: in one process the records are handed over as
+    they are (no JSON round trip); the results file has every record, metric and rule."""
+    project.runpytest("--junitxml=junit.xml").assert_outcomes(passed=2)
+    doc = _results(project)
+    assert doc["records"]["demo/metric/float32"]["metrics"] == {"err": 1e-3, "x": 6.0}
+    assert doc["records"]["demo/metric/float32"]["rules"]["err"] == {
+        "better": "lower", "rel": 2.0, "abs": 1e-6}
+
+
+def test_a_local_payload_hands_over_the_records_and_json_the_same_values():
+    """The two forms of a test's payload: the record objects themselves in one process,
+    JSON for an xdist worker; both add the same records to the run."""
+    from harness import checkrun
+    from harness.results import Record, lower
+
+    record = Record("demo/x", metrics={"err": 0.5, "n": 3}, rules={"err": lower(2.0, 1e-6)},
+                    test="t", info={"k": [1, 2]})
+    end = checkrun.CheckEnd([record], [])
+    local, remote = end.payload(local=True), end.payload()
+    assert isinstance(local, checkrun.LocalPayload) and local.records == [record]
+    assert isinstance(remote, str) and json.loads(remote)["records"]["demo/x"]["metrics"] == {
+        "err": 0.5, "n": 3}
+
+    class State:  # what collect reads of the session
+        def __init__(self):
+            from harness.results import RunResults
+            self.run, self.errors = RunResults(fingerprint={}), []
+
+    for payload in (local, remote):
+        state = State()
+        checkrun.collect(state, "t", "call", "passed", [payload])
+        assert state.run.records["demo/x"].to_json() == record.to_json()
+        assert state.run.outcomes == {"t": "passed"}
+    state = State()
+    checkrun.collect(state, "t", "call", "passed", [local])
+    assert state.run.records["demo/x"] is record  # handed over, not copied
+
+
+CHECK_FROZEN = """
+import gc
+
+def test_frozen(results):
+    results.check("demo/frozen", gc.get_freeze_count() > 0,
+                  metrics={"frozen": gc.get_freeze_count()})
+"""
+
+
+def test_collected_objects_are_frozen_before_the_checks_run(project):
+    """Note [Collected objects frozen]: by the time a check runs, what collection built is
+    in the permanent generation (a fresh process, so no outer pytest froze it)."""
+    (project.path / "suites" / "demo" / "test_frozen.py").write_text(CHECK_FROZEN)
+    project.runpytest_subprocess("suites/demo/test_frozen.py").assert_outcomes(passed=1)
+    frozen = _results(project)["records"]["demo/frozen"]["metrics"]["frozen"]
+    assert frozen > 10_000

@@ -249,3 +249,12 @@ def test_rules_read_from_json_are_shared_and_written_back_as_read(monkeypatch):
     monkeypatch.setattr(results, "_RULES_KEPT", 2)
     third = Rule.from_json({"better": "higher", "rel": 1.0, "abs": 0.001})
     assert third == Rule("higher", 1.0, 0.001) and len(results._RULES) == 2
+
+
+def test_a_rules_json_is_built_once_and_to_json_is_a_copy():
+    rule = results.lower(2.0, 1e-6)
+    assert rule.json is rule.json  # built once per rule
+    copy = rule.to_json()
+    copy["rel"] = 9.0
+    assert rule.json == {"better": "lower", "rel": 2.0, "abs": 1e-6} == rule.to_json()
+    assert results.Rule.from_json(rule.to_json()) == rule

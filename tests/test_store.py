@@ -88,6 +88,22 @@ def test_importing_again_stores_nothing_twice(tmp_path, store_url, fingerprint):
     assert len(store.runs()) == 1
 
 
+def test_a_run_written_from_its_json_once_is_the_run_written_twice(tmp_path, store_url,
+                                                                   fingerprint):
+    """The run's end builds its JSON once for the results file and the store: the same
+    file, the same stored run (its digest: storing it again stores nothing), and the
+    document is read, never changed."""
+    run = _every_field(fingerprint)
+    doc = run.to_json()
+    kept = json.dumps(doc, sort_keys=True)
+    assert results.dumps(run, doc) == results.dumps(run)
+    store = open_store(store_url)
+    pk, new = store.put(run, run_id="r1", doc=doc)
+    assert new and store.put(run, run_id="r1") == (pk, False)
+    assert json.dumps(doc, sort_keys=True) == kept
+    assert store.load(pk).to_json() == doc
+
+
 def test_runs_are_queryable_by_device_stack_host_time_and_record(store_url, fingerprint):
     store = open_store(store_url)
     for i, (slug, stack, host) in enumerate([("910b", "cann-8.0.0", "a"),

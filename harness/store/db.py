@@ -230,18 +230,21 @@ class Store:
     # ------------------------------------------------------------------ writing
 
     def put(self, run, *, run_id: str, shard: str = "1/1", source: str = "",
-            role: str = "run", durations: Optional[dict[str, float]] = None) -> tuple[int, bool]:
+            role: str = "run", durations: Optional[dict[str, float]] = None,
+            doc: Optional[dict] = None) -> tuple[int, bool]:
         """Store one run (a :class:`harness.results.RunResults`) in one transaction (Note
-        [One write, one transaction]); ``(its pk, whether it was new)``."""
+        [One write, one transaction]); ``(its pk, whether it was new)``. ``doc``:
+        ``run.to_json()`` when the caller has it (read, not changed)."""
         from sqlalchemy import select
 
         from harness.store.series import series_of
 
         if role not in ROLES:
             raise ValueError(f"role {role!r}; expected one of {ROLES}")
-        doc = run.to_json()
-        body_doc = doc.pop("records")
-        head = json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
+        doc = run.to_json() if doc is None else doc
+        body_doc = doc["records"]
+        head = json.dumps({key: value for key, value in doc.items() if key != "records"},
+                          separators=(",", ":"), allow_nan=False).encode()
         body = json.dumps(body_doc, separators=(",", ":"), allow_nan=False).encode()
         digest = hashlib.sha256(b"\0".join([head, body, run_id.encode(), shard.encode(),
                                             role.encode()])).hexdigest()
