@@ -17,9 +17,9 @@ fails *that* test), then attached to its report as a ``user_properties`` entry
 ``pytest_runtest_logreport`` (:func:`collect`); xdist serialises ``user_properties``, so
 records reach the controller unchanged. In a single process (no xdist worker) nothing is
 serialised: the entry is a :class:`LocalPayload`, which carries the record objects
-themselves (their JSON round trip was 4% of the op catalog's time under cProfile, for
+themselves (their JSON round trip was 3% of the op catalog's time under cProfile, for
 records that never left the process) and, as text, only a note of how many there are
-(what ``--junitxml`` writes; the run's results file has them all).
+(for whatever writes ``user_properties`` as text; the run's results file has them all).
 
 Note [Same ids whatever the outcome]
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~

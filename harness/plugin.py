@@ -242,15 +242,16 @@ def _refuse_installed_suites_elsewhere(config: pytest.Config, items: list[pytest
 # of Python's cyclic garbage collector walked all of them again: in the op catalog alone
 # (Intel Xeon, 2 cores) 15 full collections took 1.45 s of its 17 s, charged by a profiler
 # to whatever harness function happened to allocate then. ``gc.freeze()`` once collection
-# is done moves them to the permanent generation (what the CPython documentation advises
-# before a fork, and the fork server forks the ranks from this process): the collector
-# walks only what the checks create. Nothing a check measures changes but the pauses the
-# harness's own objects added to it (a memory check's ``gc.collect()`` still frees every
-# cycle its steps made). They stay frozen until the process exits (pytest's own two full
-# collections at its exit then walk only what the run made). The run's end (its verdict,
-# results file and store write: hundreds of thousands of short-lived containers, no
-# cycles) runs with the collector paused: it triggered four full collections of every
-# record, 0.7 s.
+# is done moves them to the permanent generation: the collector walks only what the
+# checks create. Nothing a check measures changes but the pauses the harness's own
+# objects added to it (a memory check's ``gc.collect()`` still frees every cycle its steps
+# made). They stay frozen until the process exits (pytest's own two full collections at
+# its exit then walk only what the run made). The run's end (its verdict, results file
+# and store write: hundreds of thousands of short-lived containers, no cycles) runs with
+# the collector paused, so it does not walk every record of the run again and again.
+# With both, the op catalog's full collections went from 15 (1.45 s) to 18 shorter ones
+# (1.18 s, most of it at start-up, before the freeze) and the catalog from 16.95 s to
+# 15.42 s.
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
