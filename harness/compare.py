@@ -243,27 +243,28 @@ def _f(value) -> float:
 
 
 def _errors(x: torch.Tensor, r: torch.Tensor, limits: DtypeLimits, dtype: torch.dtype,
-            want_ulp: bool, mag: Optional[torch.Tensor] = None) -> list[dict[str, float]]:
+            want_ulp: bool, mag: Optional[torch.Tensor] = None
+            ) -> tuple[list[dict[str, float]], torch.Tensor]:
     """Error statistics of each row of finite ``x`` against finite ``r`` (float64; ``x``
     ``(k, n)``, ``r`` ``(n,)``): one dict per row, the DUT's and the CPU's own error in
-    one pass (Note [Statistics in one pass of torch]).
+    one pass (Note [Statistics in one pass of torch]), and the rows' ``|x - r|``.
 
     ``mag`` is the magnitude relative quantities are measured against (Note [Condition
     of products and reductions]); ``|r|`` when None.
     """
     rows, n = x.shape
+    diff = torch.sub(x, r)
+    err = torch.abs(diff)
     if n == 0:
         out = {k: 0.0 for k in ("max_abs_err", "max_rel_err", "mean_rel_err", "rmse",
                                 "err_balance", "small_abs_err")}
         out["cosine"] = 1.0
         if want_ulp:
             out.update(ulp_mean=0.0, ulp_max=0.0, ulp_gt1_share=0.0, ulp_gt32_share=0.0)
-        return [dict(out) for _ in range(rows)]
+        return [dict(out) for _ in range(rows)], err
     # Note [Statistics in one pass of torch]: every statistic is a reduction of a
     # masked tensor (torch.where, never boolean indexing, which copies), over the last
     # dimension for every row at once, stacked and read back with one tolist()
-    diff = torch.sub(x, r)
-    err = torch.abs(diff)
     absr = torch.abs(r) if mag is None else mag
     small = torch.lt(absr, limits.small_value)
     normal_count = n - int(small.sum())
@@ -299,7 +300,7 @@ def _errors(x: torch.Tensor, r: torch.Tensor, limits: DtypeLimits, dtype: torch.
             out.update(ulp_mean=ulp_mean, ulp_max=ulp_max, ulp_gt1_share=gt1 / n,
                        ulp_gt32_share=gt32 / n)
         results.append(out)
-    return results
+    return results, err
 
 
 def _fmt(value: float) -> str:
@@ -886,10 +887,11 @@ def _measure(dut: torch.Tensor, ref: torch.Tensor, lowp: Optional[torch.Tensor],
         low = lw if nan_inf == 0 and fd is d else lw[finite]
         low_finite = bool(torch.isfinite(low).all())
     if low_finite:  # the usual case: the DUT's and the CPU's own error in one pass
-        m, ref_m = _errors(torch.stack([fd, low]), fr, limits, dtype, want_ulp, fmag)
-        low_err = torch.abs(torch.sub(low, fr))
+        (m, ref_m), errs = _errors(torch.stack([fd, low]), fr, limits, dtype, want_ulp, fmag)
+        err, low_err = errs[0], errs[1]
     else:
-        m, = _errors(fd.unsqueeze(0), fr, limits, dtype, want_ulp, fmag)
+        (m,), errs = _errors(fd.unsqueeze(0), fr, limits, dtype, want_ulp, fmag)
+        err = errs[0]
     metrics: dict[str, float] = dict(m)
     metrics["nan_inf_mismatch"] = float(nan_inf)
     metrics["numel"] = float(dut.numel())
@@ -897,8 +899,8 @@ def _measure(dut: torch.Tensor, ref: torch.Tensor, lowp: Optional[torch.Tensor],
     if has_low:
         if not low_finite:
             lfinite = torch.isfinite(low)
-            ref_m, = _errors(low[lfinite].unsqueeze(0), fr[lfinite], limits, dtype, want_ulp,
-                             fmag[lfinite])
+            (ref_m,), _ = _errors(low[lfinite].unsqueeze(0), fr[lfinite], limits, dtype,
+                                  want_ulp, fmag[lfinite])
             low_err = (low - fr).abs().nan_to_num(nan=0.0, posinf=0.0)
             low = torch.where(lfinite, low, math.nan)
         metrics["ref_cosine"] = ref_m["cosine"]
@@ -906,7 +908,7 @@ def _measure(dut: torch.Tensor, ref: torch.Tensor, lowp: Optional[torch.Tensor],
                     *(("ulp_gt1_share", "ulp_gt32_share", "ulp_mean") if want_ulp else ())):
             metrics[f"ref_{key}"] = ref_m[key]
     out = Measured(dtype=dtype, limits=limits, eps=torch.finfo(dtype).eps, dut=fd, ref=fr,
-                   low=low, mag=fmag, err=torch.abs(torch.sub(fd, fr)),
+                   low=low, mag=fmag, err=err,
                    small=torch.lt(fmag, limits.small_value),
                    m=m, ref_m=ref_m, low_err=low_err, rms_ref=rms_ref,
                    conditioned=scale is not None, nan_inf=nan_inf, metrics=metrics)
