@@ -241,3 +241,17 @@ TORCH_OOM = device_mod.TORCH_OOM
 ])
 def test_is_out_of_memory(device_type, exc, oom):
     assert Device(device_type).is_out_of_memory(exc) is oom
+
+
+@pytest.mark.parametrize("api", ["manual_seed_all", "manual_seed"])
+def test_seed_seeds_the_cpu_and_the_devices_own_generators(monkeypatch, api):
+    """Device.seed draws as torch.manual_seed would on the CPU, and seeds the device's
+    generators through its module (``manual_seed`` where there is no ``_all``, as MPS)."""
+    torch.manual_seed(1234)
+    expected = torch.randn(5)
+    seeded = []
+    module = type("Module", (), {api: staticmethod(seeded.append)})
+    monkeypatch.setattr(Device, "module", property(lambda self: module))
+    Device("npu", 0, 1).seed(1234)
+    assert torch.equal(torch.randn(5), expected)
+    assert seeded == [1234]

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -245,6 +246,195 @@ def test_planner_runs_all_cases_of_a_world_size_in_one_launch(monkeypatch):
     assert planner.outcome(cases[1]).values == {0: "b", 1: "b"}
     assert planner.outcome(cases[3]).values == {r: "b" for r in range(4)}
     assert launched == [(2, ["a", "b"]), (4, ["a", "b"])]
+
+
+# --------------------------------- Note [Launches ahead of their tests] (harness.distributed.cases)
+
+def slow_and_niced(ctx, seconds=0.0):
+    import torch.distributed as dist
+
+    time.sleep(seconds)  # longer than the launch's hang timeout
+    dist.barrier()
+    return {"niceness": os.getpriority(os.PRIO_PROCESS, 0), "pid": os.getpid()}
+
+
+def _fake_launch(launched, fail_at=None):
+    from harness.distributed import LaunchResult, RankReport
+
+    def fake_launch(checks, world_size, device, **kwargs):
+        launched.append((world_size, [c.name for c in checks], kwargs.get("background")))
+        if world_size == fail_at:
+            raise OSError("no fork server")
+        reports = [RankReport(r, 0, 0, "finished", None,
+                              {c.name: {"ok": True, "value": c.name} for c in checks})
+                   for r in range(world_size)]
+        return LaunchResult(world_size, "gloo", 1, reports, [c.name for c in checks],
+                            False, 1.0, 0.0, "")
+
+    return fake_launch
+
+
+def test_planner_launches_ahead_once_and_leaves_alone_cases_to_their_tests(monkeypatch):
+    launched = []
+    monkeypatch.setattr("harness.distributed.launcher.launch", _fake_launch(launched))
+    cases = [DistCase(ws, SubCheck(name, "m:f")) for ws in (4, 2) for name in ("a", "b")]
+    timed = DistCase(2, SubCheck("timed", "m:f"), alone=True)
+    planner = Planner(Device("cpu"), lambda: [*cases, timed], timeout=10)
+    assert planner.start_ahead()
+    assert not planner.start_ahead()  # once
+    assert planner.outcome(cases[3]).values == {0: "b", 1: "b"}
+    assert planner.outcome(cases[0]).values == {r: "a" for r in range(4)}
+    assert [(ws, names) for ws, names, _ in launched] == [(2, ["a", "b"]), (4, ["a", "b"])]
+    assert all(background is not None for _, _, background in launched)
+    assert planner.outcome(timed).values == {0: "timed", 1: "timed"}
+    assert launched[-1][:2] == (2, ["timed"]) and launched[-1][2] is None  # when asked
+    planner.close()
+
+
+def test_planner_launches_nothing_ahead_where_ranks_would_share_more_than_cores(monkeypatch,
+                                                                               tmp_path):
+    launched = []
+    monkeypatch.setattr("harness.distributed.launcher.launch", _fake_launch(launched))
+    cases = [DistCase(2, SubCheck("a", "m:f"))]
+    assert not Planner(Device("cpu"), lambda: cases, timeout=10, shared=tmp_path).start_ahead()
+    monkeypatch.setenv("HARNESS_DIST_SUBPROCESS", "1")  # fresh interpreters
+    assert not Planner(Device("cpu"), lambda: cases, timeout=10).start_ahead()
+    assert launched == []
+
+
+def test_a_launch_ahead_that_failed_raises_in_the_tests_that_read_it(monkeypatch):
+    launched = []
+    monkeypatch.setattr("harness.distributed.launcher.launch", _fake_launch(launched, 4))
+    cases = [DistCase(ws, SubCheck("a", "m:f")) for ws in (2, 4)]
+    planner = Planner(Device("cpu"), lambda: cases, timeout=10)
+    assert planner.start_ahead()
+    assert planner.outcome(cases[0]).values == {0: "a", 1: "a"}
+    with pytest.raises(RuntimeError, match=r"world size 4.*OSError: no fork server"):
+        planner.outcome(cases[1])
+
+
+def test_a_launch_beside_other_work_is_niced_and_its_hang_clock_waits_for_a_waiter():
+    """The ranks of a background launch run at +19; a sub-check slower than the hang
+    timeout is no hang while nobody waits for it, and is one once somebody does."""
+    from harness.distributed.launcher import Background
+
+    check = SubCheck.of(slow_and_niced, seconds=2.5)
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    quiet = launch([check], 2, Device("cpu"), timeout=1.0, background=Background())
+    assert not quiet.timed_out, quiet.why
+    assert {v["niceness"] for v in quiet.outcome("slow_and_niced").values.values()} == \
+        {min(before + 19, 19)}
+    waited = Background()
+    waited.needed.set()
+    hung = launch([check], 2, Device("cpu"), timeout=1.0, background=waited)
+    assert hung.timed_out and "no rank made progress for 1 s" in hung.why
+
+
+def test_a_launch_beside_other_work_stops_at_once_and_leaves_no_rank(tmp_path):
+    """Planner.close at a session's end: the ranks (one of them hung) are killed."""
+    from harness.distributed.launcher import STOPPED, Background
+
+    background = Background()
+
+    def stop_once_running():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            states = [json.loads(p.read_text() or "{}").get("state")
+                      for p in tmp_path.glob("rank?.json")]
+            if states.count("running") == 2:
+                break
+            time.sleep(0.05)
+        background.stop.set()
+
+    stopper = threading.Thread(target=stop_once_running)
+    stopper.start()
+    began = time.monotonic()
+    result = launch([SubCheck.of(hangs_on_rank_1)], 2, Device("cpu"), timeout=600,
+                    out_dir=tmp_path, port_attempts=1, background=background)
+    stopper.join()
+    assert result.why == STOPPED and time.monotonic() - began < 60
+    assert result.ranks[1].state == "running" and result.ranks[1].killed
+    assert not [r.pid for r in result.ranks if _alive(r.pid)]
+
+
+AHEAD_SUITE = """
+import json
+import os
+import time
+
+import pytest
+
+from harness.distributed import DistCase, SubCheck
+
+
+def niceness(ctx, seconds):
+    with open(os.path.join(PIDS, f"rank{ctx.rank}"), "w") as handle:
+        handle.write(str(os.getpid()))
+    time.sleep(seconds)
+    return {"niceness": os.getpriority(os.PRIO_PROCESS, 0), "pid": os.getpid()}
+
+
+@pytest.mark.parametrize("case", [DistCase(2, SubCheck.of(niceness, seconds=SECONDS))],
+                         ids=lambda c: c.id)
+def test_ranks(case, dist, results):
+    outcome = dist(case)
+    print("RANKS", json.dumps(outcome.values))
+    results.check("demo/ranks/ws2/niceness", outcome.ok, outcome.problem())
+"""
+
+PLAIN_SUITE = """
+import os
+import time
+
+
+def test_plain(results):
+    deadline = time.monotonic() + 60
+    while len(os.listdir(PIDS)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)  # the launch ahead runs meanwhile: its ranks say so
+    results.check("demo/plain/x", OK, "deliberate")
+"""
+
+
+def _ahead_project(pytester, seconds: float, ok: bool) -> None:
+    """A distributed family (suites/demo, this family's conftest) and a single-device one
+    that sorts after it (suites/zz)."""
+    pytester.makeconftest('pytest_plugins = ["harness.plugin"]')
+    pytester.makeini("[pytest]\naddopts = -p no:cacheprovider -p no:randomly\n")
+    demo = pytester.path / "suites" / "demo"
+    demo.mkdir(parents=True)
+    (demo / "conftest.py").write_text((ROOT / "suites/distributed/conftest.py").read_text())
+    pids = repr(str(pytester.mkdir("pids")))
+    (demo / "test_ranks.py").write_text(
+        AHEAD_SUITE.replace("SECONDS", repr(seconds)).replace("PIDS", pids))
+    (pytester.path / "suites" / "zz").mkdir()
+    (pytester.path / "suites" / "zz" / "test_plain.py").write_text(
+        PLAIN_SUITE.replace("OK", repr(ok)).replace("PIDS", pids))
+
+
+def test_a_session_launches_its_family_ahead_and_runs_its_tests_last(pytester):
+    _ahead_project(pytester, seconds=0.0, ok=True)
+    result = pytester.runpytest_subprocess("-v", "-s", "--baseline", "off")
+    result.assert_outcomes(passed=2)
+    order = [line.split("::")[0] for line in result.outlines if line.startswith("suites/")]
+    assert order == ["suites/zz/test_plain.py", "suites/demo/test_ranks.py"], order
+    [ranks] = [json.loads(line.split("RANKS ", 1)[1]) for line in result.outlines
+               if "RANKS " in line]
+    assert {v["niceness"] for v in ranks.values()} == {19}  # ahead: Background's niceness
+
+
+def test_a_session_that_ends_first_stops_the_launch_ahead(pytester):
+    """``-x``: the single-device test fails, the session ends before the family's test;
+    the launch started ahead (a sub-check of ten minutes) is stopped and its ranks are
+    gone when the session returns (in this process, whose fork server they would
+    otherwise outlive the session with)."""
+    _ahead_project(pytester, seconds=600.0, ok=False)
+    began = time.monotonic()
+    result = pytester.runpytest_inprocess("-x", "--baseline", "off")
+    result.assert_outcomes(failed=1)
+    assert time.monotonic() - began < 120
+    pids = [int(p.read_text()) for p in (pytester.path / "pids").glob("rank*")]
+    assert len(pids) == 2, "the launch ahead did not start while the first test ran"
+    assert not [pid for pid in pids if _alive(pid)]
 
 
 def test_subcheck_refuses_a_nested_function():

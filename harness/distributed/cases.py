@@ -30,6 +30,42 @@ works only when the user passes ``--dist loadgroup``; the lock works with any ``
 mode. The price: a worker that needs a world size another is launching waits for it.
 Single-device checks on other workers keep running meanwhile, sharing devices 0..ws-1
 with the ranks (Note [One device per xdist worker] in :mod:`harness.device`).
+
+Note [Launches ahead of their tests]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+A launch keeps the session waiting for seconds while its ranks, waiting on each other in
+the backend, leave a small host's cores partly idle (the family alone kept 2 cores 62%
+busy on an Intel Xeon), and the single-device families leave one idle too (the op
+catalog ran at 1.2 of 2). So on the CPU in one process, with the ranks forked from the
+fork server (Note [Ranks from a fork server] in :mod:`harness.distributed.launcher`),
+:meth:`Planner.start_ahead` runs every wanted world size's launch, one after the other,
+on a thread of its own as soon as collection is done; the family's tests run last
+(suites/distributed/conftest.py) and find their outcomes ready, or wait for the rest.
+
+What the launch measures does not change: the ranks are the same processes running the
+same sub-checks, and no other launch overlaps one (:meth:`Planner.exclusive` waits for
+them). What they share is the cores, as single-device checks share them with ranks under
+xdist (above), and they share them on these terms (:class:`launcher.Background`): the
+ranks run at niceness +19, so they take the cores the session's checks leave idle and
+barely slow those checks (the AMP family took 9.1 s beside them, 9.4 s alone; at +10 the
+ranks still took a core from its two-thread convolutions, 11.3 s, and the run gained 4 s
+instead of 10; at 0, 19.6 s); a rank may therefore
+go without a core while the session computes on both, so the launcher's hang clocks start
+only when a test waits for the outcome (until then no progress is not a hang); and a
+case whose verdict reads the wall clock against a timeout is ``alone``, launched when its
+test asks with the session waiting. What bounds a rank's wait for a starved peer is the
+collectives' own timeout (the group's: ``--dist-timeout``, 120 s by default and never
+under 30 s): at +19 a rank gets about 1.5% of a core whose threads the session keeps
+busy, so a peer would need nearly two seconds of its own work between two collectives
+(half a second at 30 s) in such a stretch to exceed it; the family's sub-checks do
+milliseconds to a few hundred.
+
+Not ahead: an accelerator (the ranks would share the session's device and its memory
+with the checks measured on it), xdist workers (the shared store above decides who
+launches), ranks started as fresh interpreters (a thread beside torch must not fork and
+exec) and ``alone`` cases. A launch that fails raises in every test that reads it; a
+session that ends first (``-x``, Ctrl-C, SIGTERM) stops the launch and kills its ranks
+(:meth:`Planner.close`). ``HARNESS_DIST_SUBPROCESS=1`` (fresh interpreters) turns it off.
 """
 
 from __future__ import annotations
@@ -38,6 +74,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Callable, ContextManager, Optional, Sequence
 
@@ -56,9 +93,11 @@ class DistCase:
     world_size: int
     check: SubCheck
     alone: bool = False
-    """Launched by itself: a case whose correct ending may be the backend's watchdog
-    ending every rank (Note [Rank skew] in :mod:`harness.distributed.judge`), which would
-    take the other cases of a shared launch with it."""
+    """Launched by itself, when its test asks: a case whose correct ending may be the
+    backend's watchdog ending every rank, which would take the other cases of a shared
+    launch with it, or whose verdict reads the wall clock against a timeout (Note [Rank
+    skew] in :mod:`harness.distributed.judge`), which no launch run beside other work may
+    (Note [Launches ahead of their tests])."""
 
     @property
     def id(self) -> str:
@@ -97,11 +136,81 @@ class Planner:
         self.launches: list[LaunchResult] = []
         """The launches this process made or read, in order."""
         self._by_case: dict[tuple[int, str], LaunchResult] = {}
+        self._ahead: Optional[threading.Thread] = None
+        self._ahead_keys: set[tuple[int, str]] = set()
+        self._ahead_error: Optional[BaseException] = None
+        self._background = launcher.Background()
+
+    @staticmethod
+    def runs_ahead(device, shared: Optional[Path]) -> bool:
+        """Whether a planner for ``device`` (``shared``: the xdist workers' store) may
+        launch ahead of its tests (Note [Launches ahead of their tests])."""
+        return shared is None and launcher.forks_ranks(device)
+
+    def start_ahead(self) -> bool:
+        """Start every wanted world size's launch now, on a thread (Note [Launches ahead
+        of their tests]); False (nothing started) where they would not be independent of
+        the session's checks."""
+        if self._ahead is not None or not self.runs_ahead(self.device, self.shared):
+            return False
+        plans = {}
+        for case in self.wanted():
+            if not case.alone:
+                plans.setdefault(case.world_size, case)
+        if not plans:
+            return False
+        batches = [(size, self._plan(case)) for size, case in sorted(plans.items())]
+        self._ahead_keys = {(size, check.name) for size, plan in batches for check in plan}
+        self._ahead = threading.Thread(target=self._run_ahead, args=(batches,),
+                                       name="harness-dist-ahead", daemon=True)
+        self._ahead.start()
+        return True
+
+    def _run_ahead(self, batches: list[tuple[int, list[SubCheck]]]) -> None:
+        try:
+            for world_size, plan in batches:
+                if self._background.stop.is_set():
+                    return
+                launched = launcher.launch(plan, world_size, self.device,
+                                           timeout=self.timeout, seed=self.seed,
+                                           background=self._background)
+                if not self._background.stop.is_set():
+                    self._add(launched)
+        except BaseException as exc:  # noqa: BLE001 - raised again in the tests that read it
+            self._ahead_error = exc
+
+    def _wait_ahead(self) -> None:
+        """Until the launches started ahead have ended (their thread gone)."""
+        if self._ahead is not None:
+            self._background.needed.set()
+            self._ahead.join()
+
+    def exclusive(self) -> ContextManager:
+        """``with planner.exclusive():`` a launch of a test's own that no other launch may
+        overlap: the ones started ahead end first, and under xdist the workers' lock is
+        held (Note [Distributed launches under xdist])."""
+        self._wait_ahead()
+        return one_at_a_time(self.shared)
+
+    def close(self) -> None:
+        """Stop a launch started ahead that is still running (its ranks are killed)."""
+        self._background.stop.set()
+        self._wait_ahead()
 
     def outcome(self, case: DistCase) -> CheckOutcome:
         key = (case.world_size, case.check.name)
+        if key in self._ahead_keys:
+            self._wait_ahead()
+            if key not in self._by_case:
+                why = (f"{type(self._ahead_error).__name__}: {self._ahead_error}"
+                       if self._ahead_error is not None else "it was stopped")
+                raise RuntimeError(
+                    f"the distributed launch of world size {case.world_size}, started "
+                    f"ahead of its tests, ended without an outcome ({why}); rerun with "
+                    "HARNESS_DIST_SUBPROCESS=1 to launch when the tests ask (Note "
+                    "[Launches ahead of their tests])") from self._ahead_error
         if key not in self._by_case:
-            with one_at_a_time(self.shared):
+            with self.exclusive():
                 if self.shared is not None:
                     self._read_stored()
                 if key not in self._by_case:

@@ -18,6 +18,7 @@ which covers a launcher that is itself killed with SIGKILL.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -26,6 +27,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
@@ -72,7 +74,8 @@ def launch(checks: Union[Callable, str, SubCheck, Sequence[Union[Callable, str, 
            world_size: int, device, *, timeout: float = 120.0, seed: int = 0,
            out_dir: Union[str, Path, None] = None, env: Optional[dict] = None,
            threads_per_rank: Optional[int] = None, port_attempts: int = 2,
-           startup_timeout: float = 60.0) -> LaunchResult:
+           startup_timeout: float = 60.0,
+           background: Optional[Background] = None) -> LaunchResult:
     """Run sub-checks on ``world_size`` local ranks with ``device``'s backend.
 
     Args:
@@ -89,6 +92,8 @@ def launch(checks: Union[Callable, str, SubCheck, Sequence[Union[Callable, str, 
         out_dir: where ranks write results; a temporary folder (removed) when None.
         threads_per_rank: torch intra-op threads per rank; default: the host's cores
             shared out between ranks (ranks oversubscribing a small host crawl).
+        background: a launch run beside other work, on a thread of its own
+            (:class:`Background`); None for a launch its caller waits for.
     Returns:
         A :class:`LaunchResult`; ``result.outcome(name)`` for each sub-check.
     """
@@ -111,7 +116,7 @@ def launch(checks: Union[Callable, str, SubCheck, Sequence[Union[Callable, str, 
             run_dir = base / f"launch{attempt}" if port_attempts > 1 else base
             result = _launch_once(plan, world_size, device, timeout=timeout, seed=seed,
                                   out=run_dir, env=env, threads_per_rank=threads_per_rank,
-                                  startup_timeout=startup_timeout)
+                                  startup_timeout=startup_timeout, background=background)
             if not _port_clash(result):
                 return result
         return result
@@ -132,7 +137,8 @@ def _port_clash(result: LaunchResult) -> bool:
 
 def _launch_once(plan: list[SubCheck], world_size: int, device, *, timeout: float, seed: int,
                  out: Path, env: Optional[dict], threads_per_rank: Optional[int],
-                 startup_timeout: float) -> LaunchResult:
+                 startup_timeout: float,
+                 background: Optional[Background] = None) -> LaunchResult:
     out.mkdir(parents=True, exist_ok=True)
     spec_path = out / "spec.json"
     spec = {"checks": [c.to_json() for c in plan], "device": device.type, "seed": seed,
@@ -161,17 +167,20 @@ def _launch_once(plan: list[SubCheck], world_size: int, device, *, timeout: floa
             if server is not None:  # Note [Ranks from a fork server]
                 procs.append(_Forked.start(server, argv, rank_env, threads,
                                            out / f"rank{rank}.log"))
-                continue
-            log = open(out / f"rank{rank}.log", "wb")  # noqa: SIM115 - closed in finally
-            logs.append(log)
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "harness.distributed", *argv], cwd=str(ROOT),
-                env=rank_env, stdout=log, stderr=subprocess.STDOUT,
-                preexec_fn=stopping.child_preexec()))
-        why = _watch(procs, out, timeout, max(timeout, startup_timeout))
+            else:
+                log = open(out / f"rank{rank}.log", "wb")  # noqa: SIM115 - closed in finally
+                logs.append(log)
+                procs.append(subprocess.Popen(
+                    [sys.executable, "-m", "harness.distributed", *argv], cwd=str(ROOT),
+                    env=rank_env, stdout=log, stderr=subprocess.STDOUT,
+                    preexec_fn=stopping.child_preexec()))
+            if background is not None:  # before it has imported the harness
+                background.lower_priority(procs[-1].pid)
+        why = _watch(procs, out, timeout, max(timeout, startup_timeout), background)
         timed_out = why is not None
         if timed_out:
-            _dump_stacks(procs, out)
+            if why != STOPPED:
+                _dump_stacks(procs, out)
             killed = {rank for rank, proc in enumerate(procs) if proc.poll() is None}
     finally:
         for proc in procs:  # Note [No process outlives its test]
@@ -242,10 +251,16 @@ def _fork_context(device, env: Optional[dict]):
     return forkserver.context(RANK_PRELOAD, off_variable="HARNESS_DIST_SUBPROCESS")
 
 
+def forks_ranks(device) -> bool:
+    """Whether a launch on ``device`` now forks its ranks from the fork server (Note
+    [Ranks from a fork server]) rather than starting fresh interpreters."""
+    return _fork_context(device, None) is not None
+
+
 def warm_up(device) -> bool:
     """Start the ranks' fork server now, so that its imports overlap the tests run before
     the first launch (it is started by the first launch otherwise); True when it runs."""
-    if _fork_context(device, None) is None:
+    if not forks_ranks(device):
         return False
     from multiprocessing import forkserver as mp_forkserver
 
@@ -324,8 +339,35 @@ def _progress_key(out: Path, world_size: int) -> tuple:
     return tuple(key)
 
 
+STOPPED = "stopped: the run ended before the launch's outcome was needed"
+"""The reason of a launch its :class:`Background` stopped."""
+
+
+@dataclasses.dataclass
+class Background:
+    """What a launch run beside other work needs (Note [Launches ahead of their tests] in
+    :mod:`harness.distributed.cases`): its ranks at a higher niceness, so that they take
+    only the cores the other work leaves idle; hang clocks that start only once someone
+    waits for the outcome (until then a rank that made no progress may simply have had
+    no core); and a way to end it early."""
+
+    nice: int = 19
+    needed: threading.Event = dataclasses.field(default_factory=threading.Event)
+    """Set when someone waits for the launch: from then on its ranks have the cores the
+    waiter left, and the hang clocks run."""
+    stop: threading.Event = dataclasses.field(default_factory=threading.Event)
+    """Set to kill the ranks and end the launch at once (:data:`STOPPED`)."""
+
+    def lower_priority(self, pid: int) -> None:
+        """Add :attr:`nice` to process ``pid``'s niceness (a process may always lower
+        its children's priority; raising it back needs privileges)."""
+        with contextlib.suppress(OSError):  # a rank gone already needs none
+            os.setpriority(os.PRIO_PROCESS, pid,
+                           os.getpriority(os.PRIO_PROCESS, pid) + self.nice)
+
+
 def _watch(procs: list[subprocess.Popen], out: Path, timeout: float,
-           startup_timeout: float) -> Optional[str]:
+           startup_timeout: float, background: Optional[Background] = None) -> Optional[str]:
     """Wait for every rank; a reason when the ranks stopped making progress, else None.
 
     Progress is a rank rewriting its results file (it does so around every sub-check),
@@ -339,7 +381,12 @@ def _watch(procs: list[subprocess.Popen], out: Path, timeout: float,
     last_progress = time.monotonic()
     started = False
     while [proc.poll() for proc in procs].count(None):  # poll every one: returncodes
-        time.sleep(0.05)
+        if background is None:
+            time.sleep(0.05)
+        elif background.stop.wait(0.05):
+            return STOPPED
+        elif not background.needed.is_set():
+            last_progress = time.monotonic()  # nobody waits: no hang clock runs
         for rank, proc in enumerate(procs):
             if proc.returncode not in (None, 0):
                 data = read_json(out / f"rank{rank}.json") or {}

@@ -3,8 +3,9 @@
 Tests are parametrised with :class:`harness.distributed.DistCase` values; the ``dist``
 fixture returns a case's :class:`~harness.distributed.CheckOutcome`. The first test of a
 world size launches every selected case of that size at once (Note [One launch per world
-size] in :mod:`harness.distributed.cases`); under pytest-xdist the workers share those
-launches and take turns (Note [Distributed launches under xdist]).
+size] in :mod:`harness.distributed.cases`); on the CPU in one process those launches start
+as soon as collection is done (Note [Launches ahead of their tests]); under pytest-xdist
+the workers share them and take turns (Note [Distributed launches under xdist]).
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from typing import Optional
 
 import pytest
 
-from harness.distributed import DistCase, Planner, launcher, one_at_a_time
+from harness.distributed import DistCase, Planner, launcher
 from harness.plugin import STATE
 
 SHARED_FOLDER = "harness-dist-launches"
+AHEAD = pytest.StashKey[Planner]()
 
 
 def _selected_cases(session: pytest.Session) -> list[DistCase]:
@@ -39,6 +41,50 @@ def pytest_configure(config: pytest.Config) -> None:
         launcher.warm_up(state.device)
 
 
+def _planner(session: pytest.Session, device, settings, shared: Optional[Path]) -> Planner:
+    def wanted() -> list[DistCase]:
+        return [case for case in _selected_cases(session)
+                if not device.is_accelerator or case.world_size <= device.count]
+
+    return Planner(device, wanted, timeout=settings.dist_timeout, seed=settings.seed,
+                   shared=shared)
+
+
+def _ahead(config: pytest.Config):
+    """The run's state where this family's launches start ahead of its tests, else None
+    (Note [Launches ahead of their tests] in harness/distributed/cases.py)."""
+    state = config.stash.get(STATE, None)
+    if state is None or config.option.collectonly or hasattr(config, "workerinput"):
+        return None
+    return state if Planner.runs_ahead(state.device, None) else None
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Where the launches start ahead, the family's tests run last: its ranks then use
+    the cores the other families leave idle, and its tests find their outcomes ready."""
+    if _ahead(config) is not None:
+        here = Path(__file__).parent
+        items.sort(key=lambda item: item.path.is_relative_to(here))  # stable
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the selected launches now (Note [Launches ahead of their tests])."""
+    state = _ahead(session.config)
+    if state is not None:
+        planner = _planner(session, state.device, state.settings, None)
+        if planner.start_ahead():
+            session.config.stash[AHEAD] = planner
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A launch started ahead and still running when the session ends is stopped."""
+    planner = session.config.stash.get(AHEAD, None)
+    if planner is not None:
+        planner.close()
+
+
 @pytest.fixture(scope="session")
 def dist_shared(request: pytest.FixtureRequest,
                 tmp_path_factory: pytest.TempPathFactory) -> Optional[Path]:
@@ -53,19 +99,15 @@ def dist_shared(request: pytest.FixtureRequest,
 
 @pytest.fixture(scope="session")
 def dist_planner(request: pytest.FixtureRequest, device, settings, dist_shared) -> Planner:
-    def wanted() -> list[DistCase]:
-        return [case for case in _selected_cases(request.session)
-                if not device.is_accelerator or case.world_size <= device.count]
-
-    return Planner(device, wanted, timeout=settings.dist_timeout, seed=settings.seed,
-                   shared=dist_shared)
+    ahead = request.config.stash.get(AHEAD, None)
+    return ahead or _planner(request.session, device, settings, dist_shared)
 
 
 @pytest.fixture
-def dist_exclusive(dist_shared):
+def dist_exclusive(dist_planner: Planner):
     """``with dist_exclusive():`` a launch of the test's own (not through the planner)
-    that must not overlap another worker's (Note [Distributed launches under xdist])."""
-    return lambda: one_at_a_time(dist_shared)
+    that must not overlap another (Note [Distributed launches under xdist])."""
+    return dist_planner.exclusive
 
 
 @pytest.fixture
