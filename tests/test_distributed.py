@@ -7,6 +7,7 @@ tests read its outcome.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -289,6 +290,33 @@ def test_planner_launches_ahead_once_and_leaves_alone_cases_to_their_tests(monke
     assert planner.outcome(timed).values == {0: "timed", 1: "timed"}
     assert launched[-1][:2] == (2, ["timed"]) and launched[-1][2] is None  # when asked
     planner.close()
+
+
+def test_planner_runs_a_job_ahead_after_the_launches_or_when_its_test_asks(monkeypatch):
+    from harness.distributed import DistJob
+
+    launched = []
+    monkeypatch.setattr("harness.distributed.launcher.launch", _fake_launch(launched))
+    ran = []
+
+    def work(background):
+        ran.append((background, [ws for ws, _, _ in launched]))
+        return "done"
+
+    def broken(background):
+        raise ValueError("the job's own failure")
+
+    case, job, bad = DistCase(2, SubCheck("a", "m:f")), DistJob("j", work), DistJob("b", broken)
+    ahead = Planner(Device("cpu"), lambda: [case, job, bad], timeout=10)
+    assert ahead.start_ahead()
+    assert ahead.job(job) == "done" and ahead.job(job) == "done"
+    assert len(ran) == 1 and ran[0][0] is not None and ran[0][1] == [2]  # after the launch
+    with pytest.raises(ValueError, match="the job's own failure"):
+        ahead.job(bad)
+    asked = Planner(Device("cpu"), lambda: [job], timeout=10, shared=Path("/nonexistent"))
+    monkeypatch.setattr("harness.distributed.cases.one_at_a_time",
+                        lambda shared: contextlib.nullcontext())
+    assert asked.job(job) == "done" and ran[-1][0] is None  # run when asked, waited for
 
 
 def test_planner_launches_nothing_ahead_where_ranks_would_share_more_than_cores(monkeypatch,

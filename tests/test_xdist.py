@@ -107,25 +107,25 @@ def test_a_launch_survives_its_json_round_trip():
 
 # ------------------------------------------------------ the family: one launch per size
 
-OWN_LAUNCH = {
-    "suites/distributed/test_dist_multinode.py::test_two_torchrun_nodes_on_loopback":
-        "checks torch's own launcher: two torchrun agents start its ranks",
-}
-"""Distributed tests that start processes of their own, not through the planner, and why."""
+OWN_LAUNCH: dict[str, str] = {}
+"""Distributed tests that start processes of their own, not through the planner, and why
+(none: the torchrun check is a DistJob the planner runs)."""
 
 _COLLECT = """
 import json, sys
 import pytest
-from harness.distributed import DistCase
+from harness.distributed import DistCase, DistJob
 
 class Grab:
     def pytest_collection_modifyitems(self, items):
         out = []
         for item in items:
             spec = getattr(item, "callspec", None)
-            cases = [v for v in (spec.params.values() if spec else ()) if isinstance(v, DistCase)]
+            params = spec.params.values() if spec else ()
+            cases = [v for v in params if isinstance(v, DistCase)]
             out.append({"node": item.nodeid, "fixtures": list(item.fixturenames),
-                        "cases": [[c.world_size, c.check.name, c.check.to_json()] for c in cases]})
+                        "cases": [[c.world_size, c.check.name, c.check.to_json()] for c in cases],
+                        "jobs": [v.name for v in params if isinstance(v, DistJob)]})
         print("COLLECTED " + json.dumps(out))
 
 pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "suites/distributed"],
@@ -136,16 +136,17 @@ pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "suites/distribut
 def test_every_distributed_check_shares_its_world_sizes_launch():
     """Note [One launch per world size]: every test of the family gets its outcome from the
     planner (the ``dist`` fixture), except the ones in OWN_LAUNCH (with the reason); so a
-    default run launches once per world size, plus those. Two cases of one world size
+    default run launches once per world size, plus its jobs (the torchrun check). Two cases of one world size
     never share a name with different sub-checks (the planner refuses that at run time)."""
     proc = subprocess.run([sys.executable, "-c", _COLLECT], cwd=ROOT, capture_output=True,
                           text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
     line = next((x for x in proc.stdout.splitlines() if x.startswith("COLLECTED ")), None)
     assert line is not None, proc.stdout[-2000:] + proc.stderr[-2000:]
     tests = json.loads(line[len("COLLECTED "):])
-    own = sorted(t["node"] for t in tests if not t["cases"])
+    own = sorted(t["node"] for t in tests if not t["cases"] and not t["jobs"])
     assert own == sorted(OWN_LAUNCH), f"tests that launch on their own: {own}"
-    assert all("dist" in t["fixtures"] for t in tests if t["cases"])
+    assert all("dist" in t["fixtures"] for t in tests if t["cases"] or t["jobs"])
+    assert [job for t in tests for job in t["jobs"]] == ["torchrun_2x1"]
     by_key: dict = {}
     for t in tests:
         for ws, name, check in t["cases"]:

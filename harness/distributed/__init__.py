@@ -22,7 +22,7 @@ This package imports no torch; ``checks`` (and a rank) do.
 
 from __future__ import annotations
 
-from harness.distributed.cases import DistCase, Planner, one_at_a_time, stored_launches
+from harness.distributed.cases import DistCase, DistJob, Planner, one_at_a_time, stored_launches
 from harness.distributed.launcher import (
     ADDRESS_IN_USE,
     LAUNCH_DIR_PREFIX,
@@ -44,7 +44,7 @@ from harness.distributed.rankfiles import collect, format_summary
 from harness.distributed.subcheck import SubCheck
 
 __all__ = [
-    "ADDRESS_IN_USE", "LAUNCH_DIR_PREFIX", "ROOT", "SPEC_ENV", "CheckOutcome", "DistCase",
+    "ADDRESS_IN_USE", "LAUNCH_DIR_PREFIX", "ROOT", "SPEC_ENV", "CheckOutcome", "DistCase", "DistJob",
     "DistributedError", "LaunchResult", "Planner", "RankContext", "RankError", "RankReport",
     "SubCheck", "collect", "format_summary", "free_port", "launch", "one_at_a_time",
     "remove_stale_launch_dirs", "run_rank", "stored_launches",

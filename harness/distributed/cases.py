@@ -76,7 +76,7 @@ import json
 import os
 import threading
 from pathlib import Path
-from typing import Callable, ContextManager, Optional, Sequence
+from typing import Any, Callable, ContextManager, Optional, Sequence, Union
 
 from harness.distributed import launcher
 from harness.distributed.outcome import CheckOutcome, LaunchResult
@@ -104,6 +104,26 @@ class DistCase:
         return f"ws{self.world_size}-{self.check.name}"
 
 
+@dataclasses.dataclass(frozen=True)
+class DistJob:
+    """A distributed check that starts its processes its own way (torch's launcher, say),
+    what a parametrised test asks the planner for like a :class:`DistCase`: the planner
+    runs it ahead of its test where launches run ahead (Note [Launches ahead of their
+    tests]), else when the test asks, and never beside a launch.
+
+    ``run(background)`` does the work and returns what the test judges; ``background``
+    is None when the test waits for it, else the :class:`launcher.Background` whose
+    niceness its processes take, whose ``needed`` starts its deadlines and whose
+    ``stop`` ends it."""
+
+    name: str
+    run: Callable[[Optional[launcher.Background]], Any]
+
+    @property
+    def id(self) -> str:
+        return self.name
+
+
 def one_at_a_time(shared: Optional[Path]) -> ContextManager:
     """Hold the workers' launch lock (Note [Distributed launches under xdist]); nothing
     to hold without a shared store (one process)."""
@@ -126,8 +146,8 @@ class Planner:
     (Note [One launch per world size]); with ``shared``, once across the xdist workers
     that share that folder (Note [Distributed launches under xdist])."""
 
-    def __init__(self, device, wanted: Callable[[], Sequence[DistCase]], *, timeout: float,
-                 seed: int = 0, shared: Optional[Path] = None) -> None:
+    def __init__(self, device, wanted: Callable[[], Sequence[Union[DistCase, DistJob]]], *,
+                 timeout: float, seed: int = 0, shared: Optional[Path] = None) -> None:
         self.device = device
         self.wanted = wanted
         self.timeout = timeout
@@ -140,6 +160,8 @@ class Planner:
         self._ahead_keys: set[tuple[int, str]] = set()
         self._ahead_error: Optional[BaseException] = None
         self._background = launcher.Background()
+        self._jobs: dict[str, tuple[bool, Any]] = {}
+        """job name -> (True, what it returned) or (False, what it raised)."""
 
     @staticmethod
     def runs_ahead(device, shared: Optional[Path]) -> bool:
@@ -154,19 +176,20 @@ class Planner:
         if self._ahead is not None or not self.runs_ahead(self.device, self.shared):
             return False
         plans = {}
-        for case in self.wanted():
+        for case in self._cases():
             if not case.alone:
                 plans.setdefault(case.world_size, case)
-        if not plans:
+        jobs = {job.name: job for job in self.wanted() if isinstance(job, DistJob)}
+        if not plans and not jobs:
             return False
         batches = [(size, self._plan(case)) for size, case in sorted(plans.items())]
         self._ahead_keys = {(size, check.name) for size, plan in batches for check in plan}
-        self._ahead = threading.Thread(target=self._run_ahead, args=(batches,),
+        self._ahead = threading.Thread(target=self._run_ahead, args=(batches, list(jobs.values())),
                                        name="harness-dist-ahead", daemon=True)
         self._ahead.start()
         return True
 
-    def _run_ahead(self, batches: list[tuple[int, list[SubCheck]]]) -> None:
+    def _run_ahead(self, batches: list[tuple[int, list[SubCheck]]], jobs: list[DistJob]) -> None:
         try:
             for world_size, plan in batches:
                 if self._background.stop.is_set():
@@ -178,6 +201,32 @@ class Planner:
                     self._add(launched)
         except BaseException as exc:  # noqa: BLE001 - raised again in the tests that read it
             self._ahead_error = exc
+            return
+        for job in jobs:
+            if self._background.stop.is_set():
+                return
+            self._run_job(job, self._background)
+
+    def _run_job(self, job: DistJob, background: Optional[launcher.Background]) -> None:
+        try:
+            self._jobs[job.name] = (True, job.run(background))
+        except Exception as exc:  # noqa: BLE001 - raised again in the test that reads it
+            self._jobs[job.name] = (False, exc)
+
+    def _cases(self) -> list[DistCase]:
+        return [case for case in self.wanted() if isinstance(case, DistCase)]
+
+    def job(self, job: DistJob) -> Any:
+        """What ``job.run`` returned (or raises what it raised): from the run ahead of the
+        test where there was one, else run now, with no launch beside it."""
+        if job.name not in self._jobs:
+            with self.exclusive():  # waits for the thread ahead, which may have run it
+                if job.name not in self._jobs:
+                    self._run_job(job, None)
+        ok, value = self._jobs[job.name]
+        if not ok:
+            raise value
+        return value
 
     def _wait_ahead(self) -> None:
         """Until the launches started ahead have ended (their thread gone)."""
@@ -220,7 +269,7 @@ class Planner:
     def _plan(self, case: DistCase) -> list[SubCheck]:
         """The wanted cases of ``case``'s world size not launched yet, and ``case``."""
         plan: dict[str, SubCheck] = {}
-        for other in ([case] if case.alone else [*self.wanted(), case]):
+        for other in ([case] if case.alone else [*self._cases(), case]):
             if other.world_size != case.world_size or other.alone != case.alone:
                 continue
             known = plan.setdefault(other.check.name, other.check)

@@ -11,23 +11,24 @@ the workers share them and take turns (Note [Distributed launches under xdist]).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Union
 
 import pytest
 
-from harness.distributed import DistCase, Planner, launcher
+from harness.distributed import DistCase, DistJob, Planner, launcher
 from harness.plugin import STATE
 
 SHARED_FOLDER = "harness-dist-launches"
 AHEAD = pytest.StashKey[Planner]()
 
 
-def _selected_cases(session: pytest.Session) -> list[DistCase]:
+def _selected_cases(session: pytest.Session) -> list[Union[DistCase, DistJob]]:
     cases = []
     for item in session.items:
         callspec = getattr(item, "callspec", None)
         if callspec is not None:
-            cases += [value for value in callspec.params.values() if isinstance(value, DistCase)]
+            cases += [value for value in callspec.params.values()
+                      if isinstance(value, (DistCase, DistJob))]
     return cases
 
 
@@ -42,9 +43,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _planner(session: pytest.Session, device, settings, shared: Optional[Path]) -> Planner:
-    def wanted() -> list[DistCase]:
-        return [case for case in _selected_cases(session)
-                if not device.is_accelerator or case.world_size <= device.count]
+    def wanted() -> list[Union[DistCase, DistJob]]:
+        return [case for case in _selected_cases(session) if not device.is_accelerator
+                or isinstance(case, DistJob) or case.world_size <= device.count]
 
     return Planner(device, wanted, timeout=settings.dist_timeout, seed=settings.seed,
                    shared=shared)
@@ -104,18 +105,14 @@ def dist_planner(request: pytest.FixtureRequest, device, settings, dist_shared) 
 
 
 @pytest.fixture
-def dist_exclusive(dist_planner: Planner):
-    """``with dist_exclusive():`` a launch of the test's own (not through the planner)
-    that must not overlap another (Note [Distributed launches under xdist])."""
-    return dist_planner.exclusive
-
-
-@pytest.fixture
 def dist(dist_planner: Planner, device, results):
     """``dist(case)`` -> the case's outcome on every rank (skips past the device count).
-    The test's records name the devices its ranks ran on (``info["rank_devices"]``)."""
+    The test's records name the devices its ranks ran on (``info["rank_devices"]``).
+    ``dist(job)`` -> what the :class:`~harness.distributed.DistJob` returned."""
 
-    def outcome(case: DistCase):
+    def outcome(case: Union[DistCase, DistJob]):
+        if isinstance(case, DistJob):
+            return dist_planner.job(case)
         if device.is_accelerator and case.world_size > device.count:
             pytest.skip(f"world size {case.world_size} needs {case.world_size} "
                         f"{device.type} devices; {device.count} visible")

@@ -5,6 +5,9 @@ static rendezvous on ``127.0.0.1``; its rank runs ``python -m harness.distribute
 the family's sub-checks, writes ``rank<N>.json``, and rank 0 gathers every rank's
 results into ``summary.json`` (over the process group: on real hosts the other ranks'
 files are elsewhere). The verdicts are the single-host ones. See docs/distributed.md.
+The planner runs it (a :class:`~harness.distributed.DistJob`) like a launch: ahead of the
+test on the CPU in one process (Note [Launches ahead of their tests] in
+harness/distributed/cases.py), never beside another launch.
 """
 
 from __future__ import annotations
@@ -15,14 +18,17 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
 from harness import ids
-from harness.distributed import ADDRESS_IN_USE, ROOT, free_port
+from harness.distributed import ADDRESS_IN_USE, ROOT, DistJob, free_port
 from harness.distributed.judge import judge_collective, judge_ddp, record_error, record_verdict
+from harness.distributed.launcher import Background
 
 pytestmark = pytest.mark.distributed
 
@@ -39,11 +45,15 @@ def torchrun_command(node_rank: int, nnodes: int, port: int, out: Path,
             "-m", "harness.distributed", *CHECKS, "--out", str(out), "--device", "cpu"]
 
 
-def run_two_nodes(out: Path, timeout: float = NODE_TIMEOUT) -> tuple[list, list[str], str]:
+def run_two_nodes(out: Path, timeout: float = NODE_TIMEOUT,
+                  background: Optional[Background] = None) -> tuple[list, list[str], str]:
     """Start both nodes; stop both as soon as one fails. Returns (exit codes, outputs, why).
 
     The port is free when chosen, but another process on the host may take it before
     node 0 binds it (ephemeral ports are shared); that failure is retried on a new port.
+    With ``background`` the nodes take its niceness (their workers inherit it), the
+    ``timeout`` runs from when ``background.needed`` is set, and ``background.stop``
+    kills them (Note [Launches ahead of their tests]).
     """
     env = {**os.environ, "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
@@ -57,8 +67,16 @@ def run_two_nodes(out: Path, timeout: float = NODE_TIMEOUT) -> tuple[list, list[
                     nodes.append(subprocess.Popen(torchrun_command(n, 2, port, out), cwd=ROOT,
                                                   env=env, stdout=log, stderr=subprocess.STDOUT,
                                                   start_new_session=True))
+                if background is not None:
+                    background.lower_priority(nodes[-1].pid)
             deadline, why = time.monotonic() + timeout, ""
             while [node.poll() for node in nodes].count(None):
+                if background is not None:
+                    if background.stop.is_set():
+                        why = "stopped: the run ended first"
+                        break
+                    if not background.needed.is_set():
+                        deadline = time.monotonic() + timeout  # nobody waits yet
                 if any(node.returncode not in (None, 0) for node in nodes):
                     why = "a node failed; the other was stopped"
                     break
@@ -77,23 +95,31 @@ def run_two_nodes(out: Path, timeout: float = NODE_TIMEOUT) -> tuple[list, list[
     return [node.returncode for node in nodes], outputs, why
 
 
-def test_two_torchrun_nodes_on_loopback(device, results, tmp_path, dist_exclusive):
+def two_nodes(background: Optional[Background]) -> dict:
+    """The job: both nodes in a folder of their own; what the test judges."""
+    with tempfile.TemporaryDirectory(prefix="harness-torchrun-") as folder:
+        out = Path(folder) / "results"
+        codes, outputs, why = run_two_nodes(out, background=background)
+        summary_path = out / "summary.json"
+        summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
+    return {"codes": codes, "outputs": outputs, "why": why, "summary": summary}
+
+
+@pytest.mark.parametrize("job", [DistJob("torchrun_2x1", two_nodes)], ids=lambda job: job.id)
+def test_two_torchrun_nodes_on_loopback(job, device, results, dist):
     if device.type != "cpu":
         pytest.skip("the loopback two-node run uses gloo on the CPU; on hardware run the "
                     "docs/distributed.md commands on two hosts")
-    out = tmp_path / "results"
-    with dist_exclusive():  # no other xdist worker's launch meanwhile
-        codes, outputs, why = run_two_nodes(out)
+    ran = dist(job)
+    codes, outputs, summary = ran["codes"], ran["outputs"], ran["summary"]
     record_id = ids.record("distributed", "multinode", "none", "torchrun_2x1", "ws2")
-    summary_path = out / "summary.json"
-    if codes != [0, 0] or not summary_path.exists():
+    if codes != [0, 0] or summary is None:
         record_error(results, record_id,
-                     f"{why or 'done'}: torchrun nodes exited {codes}; summary.json "
-                     f"{'written' if summary_path.exists() else 'missing'}.\n"
+                     f"{ran['why'] or 'done'}: torchrun nodes exited {codes}; summary.json "
+                     f"{'written' if summary is not None else 'missing'}.\n"
                      + "\n".join(f"--- node {n} ---\n{text[-3000:]}"
                                  for n, text in enumerate(outputs)))
         return
-    summary = json.loads(summary_path.read_text())
     values = {r["rank"]: r["results"] for r in summary["ranks"]}
     problems = [f"rank {rank} {name}: {res.get('type')}: {res.get('message')}"
                 for rank, checks in values.items() for name, res in checks.items()
