@@ -39,26 +39,26 @@ busy on an Intel Xeon), and the single-device families leave one idle too (the o
 catalog ran at 1.2 of 2). So on the CPU in one process, with the ranks forked from the
 fork server (Note [Ranks from a fork server] in :mod:`harness.distributed.launcher`),
 :meth:`Planner.start_ahead` runs every wanted world size's launch, one after the other,
-on a thread of its own as soon as collection is done; the family's tests run last
-(suites/distributed/conftest.py) and find their outcomes ready, or wait for the rest.
+and then the wanted :class:`DistJob` (the torchrun check), on a thread of its own as
+soon as collection is done; the family's tests run last (suites/distributed/conftest.py)
+and find their outcomes ready, or wait for the rest.
 
-What the launch measures does not change: the ranks are the same processes running the
+What a launch measures does not change: the ranks are the same processes running the
 same sub-checks, and no other launch overlaps one (:meth:`Planner.exclusive` waits for
 them). What they share is the cores, as single-device checks share them with ranks under
-xdist (above), and they share them on these terms (:class:`launcher.Background`): the
-ranks run at niceness +19, so they take the cores the session's checks leave idle and
-barely slow those checks (the AMP family took 9.1 s beside them, 9.4 s alone; at +10 the
-ranks still took a core from its two-thread convolutions, 11.3 s, and the run gained 4 s
-instead of 10; at 0, 19.6 s); a rank may therefore
-go without a core while the session computes on both, so the launcher's hang clocks start
-only when a test waits for the outcome (until then no progress is not a hang); and a
-case whose verdict reads the wall clock against a timeout is ``alone``, launched when its
-test asks with the session waiting. What bounds a rank's wait for a starved peer is the
-collectives' own timeout (the group's: ``--dist-timeout``, 120 s by default and never
-under 30 s): at +19 a rank gets about 1.5% of a core whose threads the session keeps
-busy, so a peer would need nearly two seconds of its own work between two collectives
-(half a second at 30 s) in such a stretch to exceed it; the family's sub-checks do
-milliseconds to a few hundred.
+xdist (above), and on these terms (:class:`launcher.Background`): the ranks run at
+niceness +19, so they take the cores the session's checks leave idle and barely slow
+those checks (the AMP family took 9.1 s beside them, 9.4 s alone; at +10 the ranks still
+took a core from its two-thread convolutions, 11.3 s, and the run gained 4 s instead of
+10; at 0, 19.6 s). A rank may therefore go without a core while the session computes on
+both, so the launcher's hang clocks start only when a test waits for the outcome (until
+then no progress is not a hang), and a case whose verdict reads the wall clock against a
+timeout is ``alone``, launched when its test asks, with the session waiting. What bounds
+a rank's wait for a starved peer is the collectives' own timeout (the group's:
+``--dist-timeout``, 120 s by default and never under 30 s): at +19 a rank gets about 1.5%
+of a core whose threads the session keeps busy, so a peer would need nearly two seconds
+of its own work between two collectives (half a second at 30 s) in such a stretch to
+exceed it; the family's sub-checks do milliseconds to a few hundred.
 
 Not ahead: an accelerator (the ranks would share the session's device and its memory
 with the checks measured on it), xdist workers (the shared store above decides who
@@ -143,7 +143,8 @@ def stored_launches(shared: Path) -> list[dict]:
 
 class Planner:
     """Runs every wanted case of a world size in one launch, on first demand
-    (Note [One launch per world size]); with ``shared``, once across the xdist workers
+    (Note [One launch per world size]) or ahead of the tests (:meth:`start_ahead`, Note
+    [Launches ahead of their tests]); with ``shared``, once across the xdist workers
     that share that folder (Note [Distributed launches under xdist])."""
 
     def __init__(self, device, wanted: Callable[[], Sequence[Union[DistCase, DistJob]]], *,
