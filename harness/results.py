@@ -289,6 +289,16 @@ class Record:
         if not self.suite:
             self.suite = self.id.split("/", 1)[0]
 
+    @property
+    def headline(self) -> str:
+        """The message in one line, as summaries and the report's tables show it: its
+        first line, and the next where the first only introduces it ("distributed check
+        'barrier' (world size 2):" says where, the next line what went wrong)."""
+        lines = [line.strip() for line in self.message.splitlines() if line.strip()]
+        if len(lines) > 1 and lines[0].endswith(":"):
+            return f"{lines[0]} {lines[1]}"
+        return lines[0] if lines else ""
+
     def to_json(self) -> dict:
         out: dict[str, Any] = {"suite": self.suite, "status": self.status,
                                "metrics": dict(self.metrics),

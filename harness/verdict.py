@@ -306,7 +306,7 @@ def _lost_line(finding: Finding, run: RunResults) -> str:
     if finding.kind == "lost":
         return f"{finding.record_id}: recorded in the baseline, not by {finding.test or 'its check'}"
     rec = run.records.get(finding.record_id)
-    why = (rec.message or "").strip().splitlines()[0] if rec is not None and rec.message else ""
+    why = rec.headline if rec is not None else ""
     return f"{finding.record_id}: {finding.old} -> {finding.new}" + (f" ({why})" if why else "")
 
 

@@ -116,6 +116,21 @@ def test_a_slower_benchmark_fails_its_standard_and_a_broken_one_lost_capability(
     assert message.startswith("regression, median 1 -> 1.2")
 
 
+def test_a_failing_subjects_line_says_what_went_wrong_not_only_where(fingerprint):
+    """A distributed problem's first line only names the check; its cause is the next."""
+    rid = "distributed/barrier/none/ws2"
+    problem = ("distributed check 'barrier' (world size 2):\n"
+               "rank 1 raised RuntimeError: Connection closed by peer\n  Traceback ...")
+    run = RunResults(fingerprint, {
+        rid: Record(rid, suite="distributed", status="error", message=problem),
+        "norm/bn/float32/eval": Record("norm/bn/float32/eval", status="fail",
+                                       message="eval uses batch statistics\nmore")})
+    subjects = {s.id: s for s in report.build(run, None).subjects}
+    assert subjects[rid].message == ("distributed check 'barrier' (world size 2): rank 1 "
+                                     "raised RuntimeError: Connection closed by peer")
+    assert subjects["norm/bn/float32/eval"].message == "eval uses batch statistics"
+
+
 def test_harness_errors_make_the_report_no_go(fingerprint):
     base, run = _runs(fingerprint)
     for rid in ("ops/mm/float32/fwd/typical", "norm/bn/float32/eval",

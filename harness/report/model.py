@@ -405,7 +405,7 @@ def _subject(sid: str, recs: list[Record], baseline: Optional[RunResults],
                                -(c.ratio if c.ratio is not None and not math.isnan(c.ratio)
                                  else 0.0), not c.standard, c.record_id, c.metric_label))
     failing = [r for r in recs if r.status in ids.FAILING]
-    message = (failing[0].message or failing[0].status).splitlines()[0] if failing else ""
+    message = (failing[0].headline or failing[0].status) if failing else ""
     shown = [r for r in recs if r.id in {c.record_id for c in listed}] or failing or recs
     listed_somewhere = rank <= WITHIN_RULE  # the others (most of a run) are listed nowhere
     return Subject(
