@@ -25,6 +25,7 @@ import pytest
 from harness.device import Device
 from harness.distributed import ROOT, DistCase, Planner, SubCheck, free_port, launch
 from harness.distributed.judge import judge_collective, judge_ddp, judge_sampler
+from harness.distributed.launcher import restores_priority
 
 pytestmark = pytest.mark.distributed
 
@@ -251,10 +252,17 @@ def test_planner_runs_all_cases_of_a_world_size_in_one_launch(monkeypatch):
 
 # --------------------------------- Note [Launches ahead of their tests] (harness.distributed.cases)
 
-def slow_and_niced(ctx, seconds=0.0):
+needs_priority_back = pytest.mark.skipif(
+    not restores_priority(),
+    reason="this process may not give a lowered priority back (no CAP_SYS_NICE, RLIMIT_NICE "
+           "0): launches do not run ahead here")
+
+def slow_and_niced(ctx, seconds=0.0, until=None):
     import torch.distributed as dist
 
     time.sleep(seconds)  # longer than the launch's hang timeout
+    while until is not None and not os.path.exists(until):
+        time.sleep(0.02)  # until the test has waited for the launch
     dist.barrier()
     return {"niceness": os.getpriority(os.PRIO_PROCESS, 0), "pid": os.getpid()}
 
@@ -276,6 +284,7 @@ def _fake_launch(launched, fail_at=None):
 
 
 def test_planner_launches_ahead_once_and_leaves_alone_cases_to_their_tests(monkeypatch):
+    monkeypatch.setattr("harness.distributed.launcher.restores_priority", lambda: True)
     launched = []
     monkeypatch.setattr("harness.distributed.launcher.launch", _fake_launch(launched))
     cases = [DistCase(ws, SubCheck(name, "m:f")) for ws in (4, 2) for name in ("a", "b")]
@@ -295,6 +304,7 @@ def test_planner_launches_ahead_once_and_leaves_alone_cases_to_their_tests(monke
 def test_planner_runs_a_job_ahead_after_the_launches_or_when_its_test_asks(monkeypatch):
     from harness.distributed import DistJob
 
+    monkeypatch.setattr("harness.distributed.launcher.restores_priority", lambda: True)
     launched = []
     monkeypatch.setattr("harness.distributed.launcher.launch", _fake_launch(launched))
     ran = []
@@ -327,10 +337,14 @@ def test_planner_launches_nothing_ahead_where_ranks_would_share_more_than_cores(
     assert not Planner(Device("cpu"), lambda: cases, timeout=10, shared=tmp_path).start_ahead()
     monkeypatch.setenv("HARNESS_DIST_SUBPROCESS", "1")  # fresh interpreters
     assert not Planner(Device("cpu"), lambda: cases, timeout=10).start_ahead()
+    monkeypatch.delenv("HARNESS_DIST_SUBPROCESS")
+    monkeypatch.setattr("harness.distributed.launcher.restores_priority", lambda: False)
+    assert not Planner(Device("cpu"), lambda: cases, timeout=10).start_ahead()  # no way back
     assert launched == []
 
 
 def test_a_launch_ahead_that_failed_raises_in_the_tests_that_read_it(monkeypatch):
+    monkeypatch.setattr("harness.distributed.launcher.restores_priority", lambda: True)
     launched = []
     monkeypatch.setattr("harness.distributed.launcher.launch", _fake_launch(launched, 4))
     cases = [DistCase(ws, SubCheck("a", "m:f")) for ws in (2, 4)]
@@ -353,9 +367,33 @@ def test_a_launch_beside_other_work_is_niced_and_its_hang_clock_waits_for_a_wait
     assert {v["niceness"] for v in quiet.outcome("slow_and_niced").values.values()} == \
         {min(before + 19, 19)}
     waited = Background()
-    waited.needed.set()
+    waited.wait()
     hung = launch([check], 2, Device("cpu"), timeout=1.0, background=waited)
     assert hung.timed_out and "no rank made progress for 1 s" in hung.why
+
+
+@needs_priority_back
+def test_a_launch_waited_for_gets_the_launchers_priority_back(tmp_path):
+    """Background.wait: the ranks leave +19 when somebody waits, every thread of them."""
+    from harness.distributed.launcher import Background
+
+    background, flag = Background(), tmp_path / "waited"
+
+    def wait_once_running():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(background._lowered) < 2:
+            time.sleep(0.05)
+        time.sleep(0.5)  # the ranks are past their start, their threads made
+        background.wait()
+        flag.touch()
+
+    waiter = threading.Thread(target=wait_once_running)
+    waiter.start()
+    result = launch([SubCheck.of(slow_and_niced, until=str(flag))], 2, Device("cpu"),
+                    timeout=60, background=background)
+    waiter.join()
+    assert {v["niceness"] for v in result.outcome("slow_and_niced").values.values()} == \
+        {os.getpriority(os.PRIO_PROCESS, 0)}
 
 
 def test_a_launch_beside_other_work_stops_at_once_and_leaves_no_rank(tmp_path):
@@ -439,6 +477,7 @@ def _ahead_project(pytester, seconds: float, ok: bool) -> None:
         PLAIN_SUITE.replace("OK", repr(ok)).replace("PIDS", pids))
 
 
+@needs_priority_back
 def test_a_session_launches_its_family_ahead_and_runs_its_tests_last(pytester):
     _ahead_project(pytester, seconds=0.0, ok=True)
     result = pytester.runpytest_subprocess("-v", "-s", "--baseline", "off")
@@ -450,6 +489,7 @@ def test_a_session_launches_its_family_ahead_and_runs_its_tests_last(pytester):
     assert {v["niceness"] for v in ranks.values()} == {19}  # ahead: Background's niceness
 
 
+@needs_priority_back
 def test_a_session_that_ends_first_stops_the_launch_ahead(pytester):
     """``-x``: the single-device test fails, the session ends before the family's test;
     the launch started ahead (a sub-check of ten minutes) is stopped and its ranks are

@@ -53,7 +53,13 @@ took a core from its two-thread convolutions, 11.3 s, and the run gained 4 s ins
 10; at 0, 19.6 s). A rank may therefore go without a core while the session computes on
 both, so the launcher's hang clocks start only when a test waits for the outcome (until
 then no progress is not a hang), and a case whose verdict reads the wall clock against a
-timeout is ``alone``, launched when its test asks, with the session waiting. What bounds
+timeout is ``alone``, launched when its test asks, with the session waiting. When a test
+waits, the ranks get the session's priority back (``Background.wait``): on a host that
+other work keeps busy, a rank at +19 would run only in that work's gaps, and a launch
+waited for must go as fast as one started then. Giving a priority back needs
+CAP_SYS_NICE or an RLIMIT_NICE that allows it (``launcher.restores_priority``, tried
+once); where the session has neither (an unprivileged user, usually; a container
+without that capability), the launches do not run ahead. What bounds
 a rank's wait for a starved peer is the collectives' own timeout (the group's:
 ``--dist-timeout``, 120 s by default and never under 30 s): at +19 a rank gets about 1.5%
 of a core whose threads the session keeps busy, so a peer would need nearly two seconds
@@ -63,7 +69,7 @@ exceed it; the family's sub-checks do milliseconds to a few hundred.
 Not ahead: an accelerator (the ranks would share the session's device and its memory
 with the checks measured on it), xdist workers (the shared store above decides who
 launches), ranks started as fresh interpreters (a thread beside torch must not fork and
-exec) and ``alone`` cases. A launch that fails raises in every test that reads it; a
+exec), a session that may not give a priority back, and ``alone`` cases. A launch that fails raises in every test that reads it; a
 session that ends first (``-x``, Ctrl-C, SIGTERM) stops the launch and kills its ranks
 (:meth:`Planner.close`). ``HARNESS_DIST_SUBPROCESS=1`` (fresh interpreters) turns it off.
 """
@@ -168,7 +174,8 @@ class Planner:
     def runs_ahead(device, shared: Optional[Path]) -> bool:
         """Whether a planner for ``device`` (``shared``: the xdist workers' store) may
         launch ahead of its tests (Note [Launches ahead of their tests])."""
-        return shared is None and launcher.forks_ranks(device)
+        return (shared is None and launcher.forks_ranks(device)
+                and launcher.restores_priority())
 
     def start_ahead(self) -> bool:
         """Start every wanted world size's launch now, on a thread (Note [Launches ahead
@@ -232,7 +239,7 @@ class Planner:
     def _wait_ahead(self) -> None:
         """Until the launches started ahead have ended (their thread gone)."""
         if self._ahead is not None:
-            self._background.needed.set()
+            self._background.wait()
             self._ahead.join()
 
     def exclusive(self) -> ContextManager:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import shutil
@@ -346,24 +347,74 @@ STOPPED = "stopped: the run ended before the launch's outcome was needed"
 @dataclasses.dataclass
 class Background:
     """What a launch run beside other work needs (Note [Launches ahead of their tests] in
-    :mod:`harness.distributed.cases`): its ranks at a higher niceness, so that they take
-    only the cores the other work leaves idle; hang clocks that start only once someone
-    waits for the outcome (until then a rank that made no progress may simply have had
-    no core); and a way to end it early."""
+    :mod:`harness.distributed.cases`): its processes at a higher niceness while nobody
+    waits for them, so that they take only the cores the other work leaves idle, and at
+    the launcher's own once somebody does (:meth:`wait`); hang clocks that start only
+    then (until then a rank that made no progress may simply have had no core); and a
+    way to end it early."""
 
     nice: int = 19
     needed: threading.Event = dataclasses.field(default_factory=threading.Event)
-    """Set when someone waits for the launch: from then on its ranks have the cores the
-    waiter left, and the hang clocks run."""
+    """Set (by :meth:`wait`) when someone waits for the launch: its processes are back at
+    the launcher's priority, and the hang clocks run."""
     stop: threading.Event = dataclasses.field(default_factory=threading.Event)
     """Set to kill the ranks and end the launch at once (:data:`STOPPED`)."""
+    _lowered: list = dataclasses.field(default_factory=list)
+    _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 
-    def lower_priority(self, pid: int) -> None:
-        """Add :attr:`nice` to process ``pid``'s niceness (a process may always lower
-        its children's priority; raising it back needs privileges)."""
-        with contextlib.suppress(OSError):  # a rank gone already needs none
-            os.setpriority(os.PRIO_PROCESS, pid,
-                           os.getpriority(os.PRIO_PROCESS, pid) + self.nice)
+    def lower_priority(self, pid: int, group: bool = False) -> None:
+        """Add :attr:`nice` to process ``pid``'s niceness (``group``: to every process of
+        the process group ``pid`` leads), unless somebody waits already."""
+        with self._lock:
+            if self.needed.is_set():
+                return
+            which = os.PRIO_PGRP if group else os.PRIO_PROCESS
+            with contextlib.suppress(OSError):  # a process gone already needs none
+                os.setpriority(which, pid, os.getpriority(which, pid) + self.nice)
+                self._lowered.append((pid, group))
+
+    def wait(self) -> None:
+        """Somebody waits for the launch now: its processes get the launcher's priority
+        back (every thread of each, on Linux a thread's own), and the hang clocks run."""
+        with self._lock:
+            self.needed.set()
+            own = os.getpriority(os.PRIO_PROCESS, 0)
+            for pid, group in self._lowered:
+                targets = ([(os.PRIO_PGRP, pid)] if group else
+                           [(os.PRIO_PROCESS, int(tid)) for tid in _threads(pid)])
+                for which, who in targets:
+                    with contextlib.suppress(OSError):  # gone meanwhile
+                        os.setpriority(which, who, own)
+
+
+def _threads(pid: int) -> list[str]:
+    try:
+        return os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return [str(pid)]
+
+
+@functools.cache
+def restores_priority() -> bool:
+    """Whether this process may give a lowered priority back (CAP_SYS_NICE, or an
+    RLIMIT_NICE that allows it; an unprivileged process usually may not): tried on a
+    thread of its own, whose niceness is its own on Linux."""
+    result = []
+
+    def probe() -> None:
+        tid = threading.get_native_id()
+        own = os.getpriority(os.PRIO_PROCESS, tid)
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, min(own + 1, 19))
+            os.setpriority(os.PRIO_PROCESS, tid, own)
+            result.append(os.getpriority(os.PRIO_PROCESS, tid) == own and own < 19)
+        except OSError:
+            result.append(False)
+
+    thread = threading.Thread(target=probe)
+    thread.start()
+    thread.join()
+    return bool(result and result[0]) and sys.platform.startswith("linux")
 
 
 def _watch(procs: list[subprocess.Popen], out: Path, timeout: float,

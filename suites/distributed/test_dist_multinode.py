@@ -68,7 +68,7 @@ def run_two_nodes(out: Path, timeout: float = NODE_TIMEOUT,
                                                   env=env, stdout=log, stderr=subprocess.STDOUT,
                                                   start_new_session=True))
                 if background is not None:
-                    background.lower_priority(nodes[-1].pid)
+                    background.lower_priority(nodes[-1].pid, group=True)  # its session
             deadline, why = time.monotonic() + timeout, ""
             while [node.poll() for node in nodes].count(None):
                 if background is not None:
