@@ -377,6 +377,8 @@ class Background:
         """Somebody waits for the launch now: its processes get the launcher's priority
         back (every thread of each, on Linux a thread's own), and the hang clocks run."""
         with self._lock:
+            if self.needed.is_set():
+                return  # given back already; nothing is lowered after that
             self.needed.set()
             own = os.getpriority(os.PRIO_PROCESS, 0)
             for pid, group in self._lowered:
@@ -398,7 +400,9 @@ def _threads(pid: int) -> list[str]:
 def restores_priority() -> bool:
     """Whether this process may give a lowered priority back (CAP_SYS_NICE, or an
     RLIMIT_NICE that allows it; an unprivileged process usually may not): tried on a
-    thread of its own, whose niceness is its own on Linux."""
+    thread of its own, whose niceness is its own on Linux (elsewhere a process's)."""
+    if not sys.platform.startswith("linux"):
+        return False
     result = []
 
     def probe() -> None:
@@ -414,7 +418,7 @@ def restores_priority() -> bool:
     thread = threading.Thread(target=probe)
     thread.start()
     thread.join()
-    return bool(result and result[0]) and sys.platform.startswith("linux")
+    return bool(result and result[0])
 
 
 def _watch(procs: list[subprocess.Popen], out: Path, timeout: float,

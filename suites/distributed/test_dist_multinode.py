@@ -28,7 +28,7 @@ import pytest
 from harness import ids
 from harness.distributed import ADDRESS_IN_USE, ROOT, DistJob, free_port
 from harness.distributed.judge import judge_collective, judge_ddp, record_error, record_verdict
-from harness.distributed.launcher import Background
+from harness.distributed.launcher import STOPPED, Background
 
 pytestmark = pytest.mark.distributed
 
@@ -73,7 +73,7 @@ def run_two_nodes(out: Path, timeout: float = NODE_TIMEOUT,
             while [node.poll() for node in nodes].count(None):
                 if background is not None:
                     if background.stop.is_set():
-                        why = "stopped: the run ended first"
+                        why = STOPPED
                         break
                     if not background.needed.is_set():
                         deadline = time.monotonic() + timeout  # nobody waits yet
