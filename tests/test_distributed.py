@@ -434,10 +434,11 @@ from harness.distributed import DistCase, SubCheck
 
 
 def niceness(ctx, seconds):
-    with open(os.path.join(PIDS, f"rank{ctx.rank}"), "w") as handle:
+    niceness = os.getpriority(os.PRIO_PROCESS, 0)  # while the other family's test runs:
+    with open(os.path.join(PIDS, f"rank{ctx.rank}"), "w") as handle:  # it waits for this
         handle.write(str(os.getpid()))
     time.sleep(seconds)
-    return {"niceness": os.getpriority(os.PRIO_PROCESS, 0), "pid": os.getpid()}
+    return {"niceness": niceness, "pid": os.getpid()}
 
 
 @pytest.mark.parametrize("case", [DistCase(2, SubCheck.of(niceness, seconds=SECONDS))],
