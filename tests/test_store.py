@@ -148,6 +148,18 @@ def _alembic(url: str, revision: str) -> None:
     engine.dispose()
 
 
+def test_the_ids_of_many_names_are_the_ids_of_each():
+    """name_ids (the first write's 250,000 names at once) is name_id name by name, for
+    every kind, non-ASCII names too: what readers look a record up by."""
+    from harness.store import schema
+
+    kinds = ["r", "m", "b", "m"]
+    names = ["ops/exp/float16/fwd/odd257", "ops/exp/float16/fwd/odd257:max_abs_err",
+             "bench/op/mm/float32/n256", "model/ünïcode/aten.mm/ab12/fwd:rmse"]
+    assert schema.name_ids(kinds, names) == [schema.name_id(k, n) for k, n in zip(kinds, names)]
+    assert schema.name_ids([], []) == []
+
+
 def test_the_migrations_build_exactly_the_tables_of_the_schema(store_url):
     from alembic.autogenerate import compare_metadata
     from alembic.migration import MigrationContext

@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import hashlib
+import itertools
 import json
 import re
 import zlib
@@ -272,11 +273,12 @@ class Store:
                 if found is not None:
                     return int(found), False
                 pk = int(conn.execute(schema.runs.insert().values(**row)).inserted_primary_key[0])
-                record_ids = {rid: schema.name_id("r", rid) for rid in run.records}
+                record_ids = dict(zip(run.records, schema.name_ids(
+                    itertools.repeat("r"), run.records)))
                 if run.records:
-                    _insert_many(conn, schema.records.insert(), [
-                        {"run_pk": pk, "record": record_ids[rid], "status": str(rec.status)}
-                        for rid, rec in run.records.items()])
+                    _insert_many(conn, schema.records.insert(), ("run_pk", "record", "status"),
+                                 [(pk, record_ids[rid], str(rec.status))
+                                  for rid, rec in run.records.items()])
                 self._put_series(conn, pk, series, record_ids)
                 if durations:
                     conn.execute(schema.durations.insert(), [
@@ -319,14 +321,13 @@ class Store:
             query = select(lay.c.ref_vals, lay.c.ref_controls).where(lay.c.digest == digest)
             found = conn.execute(query).first()
             if found is None:
-                ids = np.array([schema.name_id(kind, name) for kind, name, _, _ in series],
-                               dtype="<i8")
-                names = [{"id": record_ids[rid], "kind": "r", "name": rid} for rid in record_ids]
-                names += [{"id": int(i), "kind": kind, "name": name}
-                          for i, (kind, name, _, _) in zip(ids, series)]
-                _insert_many(conn, _insert_ignoring(conn, schema.names), names)
+                ids = schema.name_ids(kind_of, name_of)
+                names = [(i, "r", rid) for rid, i in record_ids.items()]
+                names += zip(ids, kind_of, name_of)
+                _insert_many(conn, _insert_ignoring(conn, schema.names), ("id", "kind", "name"),
+                             names)
                 conn.execute(_insert_ignoring(conn, lay).values(
-                    digest=digest, ids=schema.pack(ids),
+                    digest=digest, ids=schema.pack(np.array(ids, dtype="<i8")),
                     kinds=schema.pack(np.frombuffer(kinds, dtype=np.uint8)),
                     ref_vals=schema.pack(vals), ref_controls=schema.pack(ctl)))
                 found = conn.execute(query).one()
@@ -481,8 +482,8 @@ class Store:
         return _Reading()
 
 
-def _insert_many(conn, statement, rows: list[dict]) -> None:
-    """Insert ``rows`` (dicts with the same keys) with one executemany of the driver.
+def _insert_many(conn, statement, keys: tuple[str, ...], rows: list[tuple]) -> None:
+    """Insert ``rows`` (tuples of the columns ``keys``) with one executemany of the driver.
 
     Note [Many rows, one statement]: a run's first write of a layout interns about 250,000
     names; through ``conn.execute(statement, rows)`` SQLAlchemy builds the parameters of
@@ -493,13 +494,13 @@ def _insert_many(conn, statement, rows: list[dict]) -> None:
     """
     if not rows:
         return
-    keys = list(rows[0])
-    compiled = statement.compile(dialect=conn.dialect, column_keys=keys)
+    compiled = statement.compile(dialect=conn.dialect, column_keys=list(keys))
     if compiled.positional:
-        order = [compiled.binds[name].key for name in compiled.positiontup]
-        params: list = [tuple(row[key] for key in order) for row in rows]
+        order = tuple(keys.index(compiled.binds[name].key) for name in compiled.positiontup)
+        params: list = (rows if order == tuple(range(len(keys)))
+                        else [tuple(row[i] for i in order) for row in rows])
     else:
-        params = rows
+        params = [dict(zip(keys, row)) for row in rows]
     conn.exec_driver_sql(compiled.string, params)
 
 
