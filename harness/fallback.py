@@ -129,6 +129,11 @@ class _LogHandler(logging.Handler):
         super().__init__(logging.WARNING)
         self.found = found
 
+    def createLock(self) -> None:  # noqa: N802 - logging's name
+        """No lock: ``emit`` only adds to its block's Capture (a lock and its fork hook
+        per block were a tenth of a capture's cost; logging skips a None lock)."""
+        self.lock = None
+
     def emit(self, record: logging.LogRecord) -> None:
         try:
             text = record.getMessage()
@@ -140,20 +145,34 @@ class _LogHandler(logging.Handler):
 
 def _make_tracer(found: Capture, known: frozenset):
     """A dispatch mode flagging ops whose name (any overload) is in ``known``."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
     by_base: dict[str, list[str]] = {}
     for name in sorted(known):
         by_base.setdefault(_base_name(name), []).append(name)
+    return _tracer_class()(found, by_base)
+
+
+@functools.cache
+def _tracer_class():
+    """The tracer's class, made once (torch imported on first use): one class for every
+    block, as ``harness.ops.policy._AtenOps`` says why."""
+    from torch.utils._python_dispatch import TorchDispatchMode
 
     class _Tracer(TorchDispatchMode):
+        def __init__(self, found: Capture, by_base: dict[str, list[str]]) -> None:
+            super().__init__()
+            self.found, self.by_base = found, by_base
+
+        @classmethod
+        def _should_skip_dynamo(cls) -> bool:
+            return False
+
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             schema = getattr(func, "_schema", None)
-            for name in by_base.get(getattr(schema, "name", None), ()):
-                found.add(name, "known fallback op dispatched")
+            for name in self.by_base.get(getattr(schema, "name", None), ()):
+                self.found.add(name, "known fallback op dispatched")
             return func(*args, **(kwargs or {}))
 
-    return _Tracer()
+    return _Tracer
 
 
 @contextlib.contextmanager

@@ -52,6 +52,7 @@ import dataclasses
 from typing import Callable, Iterator, Optional, TypeVar
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from harness import dtypes, fallback
 from harness.classify import UNSUPPORTED_PATTERNS, classify_exception
@@ -296,16 +297,30 @@ class Watch:
         return {phase: sorted(names) for phase, names in self.aten_ops.items()}
 
 
-def _recorder(seen: Watch):
-    from torch.utils._python_dispatch import TorchDispatchMode
+class _AtenOps(TorchDispatchMode):
+    """Notes the aten packet of every dispatch into a :class:`Watch`, under its phase.
 
-    class _AtenOps(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if seen.phase is not None:
-                seen.aten_ops.setdefault(seen.phase, set()).add(str(func.overloadpacket))
-            return func(*args, **(kwargs or {}))
+    One class for every noting run, not one per run: torch 2.13 (not 2.8 or older) wraps each
+    dispatch mode class's ``__torch_dispatch__`` in a Dynamo-disabling function when the
+    class is made, and a class made per case paid that per case. The mode only notes a
+    name and calls the op, and noting runs are eager, so there is no frame in it for
+    Dynamo to skip: ``_should_skip_dynamo`` (torch's documented opt-out of that wrapper)
+    says so, and each of the ~40,000 dispatches of a default run skips the wrapper's work.
+    """
 
-    return _AtenOps()
+    def __init__(self, seen: Watch) -> None:
+        super().__init__()
+        self.seen = seen
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        seen = self.seen
+        if seen.phase is not None:
+            seen.aten_ops.setdefault(seen.phase, set()).add(str(func.overloadpacket))
+        return func(*args, **(kwargs or {}))
 
 
 @contextlib.contextmanager
@@ -340,7 +355,7 @@ class noting:
         with self.stack as stack:
             stack.enter_context(self.device.scope())
             self.found = stack.enter_context(fallback.capture(self.device.type, stderr=False))
-            stack.enter_context(_recorder(self.seen))
+            stack.enter_context(_AtenOps(self.seen))
             self.stack = stack.pop_all()
         return self.seen
 
