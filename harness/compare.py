@@ -139,6 +139,7 @@ the positions where both are finite.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Mapping, Optional
 
@@ -244,10 +245,11 @@ def _f(value) -> float:
 
 def _errors(x: torch.Tensor, r: torch.Tensor, limits: DtypeLimits, dtype: torch.dtype,
             want_ulp: bool, mag: Optional[torch.Tensor] = None
-            ) -> tuple[list[dict[str, float]], torch.Tensor]:
+            ) -> tuple[list[dict[str, float]], torch.Tensor, torch.Tensor, float]:
     """Error statistics of each row of finite ``x`` against finite ``r`` (float64; ``x``
     ``(k, n)``, ``r`` ``(n,)``): one dict per row, the DUT's and the CPU's own error in
-    one pass (Note [Statistics in one pass of torch]), and the rows' ``|x - r|``.
+    one pass (Note [Statistics in one pass of torch]); then the rows' ``|x - r|``, where
+    the magnitude is small (``< limits.small_value``) and the magnitude's Euclidean norm.
 
     ``mag`` is the magnitude relative quantities are measured against (Note [Condition
     of products and reductions]); ``|r|`` when None.
@@ -261,7 +263,7 @@ def _errors(x: torch.Tensor, r: torch.Tensor, limits: DtypeLimits, dtype: torch.
         out["cosine"] = 1.0
         if want_ulp:
             out.update(ulp_mean=0.0, ulp_max=0.0, ulp_gt1_share=0.0, ulp_gt32_share=0.0)
-        return [dict(out) for _ in range(rows)], err
+        return [dict(out) for _ in range(rows)], err, torch.zeros(0, dtype=torch.bool), 0.0
     # Note [Statistics in one pass of torch]: every statistic is a reduction of a
     # masked tensor (torch.where, never boolean indexing, which copies), over the last
     # dimension for every row at once, stacked and read back with one tolist()
@@ -274,11 +276,14 @@ def _errors(x: torch.Tensor, r: torch.Tensor, limits: DtypeLimits, dtype: torch.
              signed.sum(1), torch.where(small, err, 0.0).amax(1),
              torch.linalg.vector_norm(x, dim=1),
              torch.linalg.vector_norm(r).expand(rows), torch.mv(x, r)]
+    if mag is not None:  # else |r| is the magnitude, and its norm is r's
+        stats.append(torch.linalg.vector_norm(absr).expand(rows))
     if want_ulp:
         ulps = torch.div(err, ulp(absr, dtype))
         stats += [ulps.mean(1), ulps.amax(1), torch.gt(ulps, 1).sum(1),
                   torch.gt(ulps, 32).sum(1)]
     table = torch.stack([t.double() for t in stats], 1).tolist()
+    mag_norm = table[0][-1 - 4 * want_ulp] if mag is not None else table[0][7]
     normal = max(normal_count, 1)
     results = []
     for values in table:
@@ -296,11 +301,11 @@ def _errors(x: torch.Tensor, r: torch.Tensor, limits: DtypeLimits, dtype: torch.
         else:
             out["cosine"] = min(1.0, dot / (nx * nr))
         if want_ulp:
-            ulp_mean, ulp_max, gt1, gt32 = values[9:]
+            ulp_mean, ulp_max, gt1, gt32 = values[-4:]
             out.update(ulp_mean=ulp_mean, ulp_max=ulp_max, ulp_gt1_share=gt1 / n,
                        ulp_gt32_share=gt32 / n)
         results.append(out)
-    return results, err
+    return results, err, small, mag_norm
 
 
 def _fmt(value: float) -> str:
@@ -383,6 +388,18 @@ class Judgement:
     mismatches_fail: bool
 
 
+_EPS = {dtype: torch.finfo(dtype).eps for dtype in DTYPE_LIMITS}
+_NONE_MORE = lower(1.0, 0.0)
+"""A count that may not grow from zero (mismatches, NaN/Inf disagreements)."""
+_COSINE = higher(1.0, 1e-3)
+
+
+@functools.cache
+def _within_eps(eps: float) -> Rule:
+    """``lower(2.0, eps)``, one per dtype (rules are frozen and shared, as JSON reads them)."""
+    return lower(2.0, eps)
+
+
 # ------------------------------------------------------------------------ standards
 
 @dataclasses.dataclass(frozen=True)
@@ -405,13 +422,14 @@ class Standard:
     def rules(self, metrics: dict[str, float], out: Measured) -> dict[str, Rule]:
         """Baseline rules: an error metric may not double (above a floor of one epsilon)."""
         eps, fr = out.eps, out.mag
-        scale = max(_f(fr.abs().max()) if fr.numel() else 0.0, 1e-30)
+        scale = max(_f(fr.amax()) if fr.numel() else 0.0, 1e-30)  # mag is >= 0
+        within_eps = _within_eps(eps)
         rules = {"max_abs_err": lower(2.0, eps * scale),
-                 "max_rel_err": lower(2.0, eps),
-                 "mean_rel_err": lower(2.0, eps),
+                 "max_rel_err": within_eps,
+                 "mean_rel_err": within_eps,
                  "rmse": lower(2.0, eps * max(out.rms_ref, 1e-30)),
-                 "cosine": higher(1.0, 1e-3),
-                 "nan_inf_mismatch": lower(1.0, 0.0)}
+                 "cosine": _COSINE,
+                 "nan_inf_mismatch": _NONE_MORE}
         return {k: v for k, v in rules.items() if k in metrics}
 
 
@@ -424,20 +442,26 @@ class Exact(Standard):
         numel = dut.numel()
         if dut.is_floating_point() or ref.is_floating_point():
             d, r = dut.double(), ref.double()
-            same = (d == r) | (torch.isnan(d) & torch.isnan(r))
-            nan_inf = int((nonfinite_classes(d) != nonfinite_classes(r)).sum()) if numel else 0
+            if numel and bool(torch.isfinite(torch.add(d.sum(), r.sum()))):
+                same = torch.eq(d, r)  # a float64 sum is finite only if every value is
+                nan_inf = 0
+            else:
+                same = torch.logical_or(torch.eq(d, r), torch.logical_and(torch.isnan(d),
+                                                                           torch.isnan(r)))
+                nan_inf = int(torch.ne(nonfinite_classes(d), nonfinite_classes(r)).sum()) \
+                    if numel else 0
         else:
             d, r = dut.to(torch.int64), ref.to(torch.int64)
             same = d == r
             nan_inf = 0
         if dut.dtype != ref.dtype and not (dut.is_floating_point() or ref.is_floating_point()):
             return Verdict(False, {"numel": float(numel), "dtype_mismatch": 1.0},
-                           {"dtype_mismatch": lower(1.0, 0.0)}, integer_result_message(dut, ref))
+                           {"dtype_mismatch": _NONE_MORE}, integer_result_message(dut, ref))
         bad = ~same.reshape(-1)
         mismatched = int(bad.sum()) if numel else 0
         metrics = {"mismatched": float(mismatched), "nan_inf_mismatch": float(nan_inf),
                    "numel": float(numel)}
-        rules = {"mismatched": lower(1.0, 0.0), "nan_inf_mismatch": lower(1.0, 0.0)}
+        rules = {"mismatched": _NONE_MORE, "nan_inf_mismatch": _NONE_MORE}
         if not mismatched:
             return Verdict(True, metrics, rules, "")
         first = int(bad.nonzero()[0, 0])
@@ -820,7 +844,7 @@ def compare_outputs(dut: torch.Tensor, reference: torch.Tensor,
                         "torch.view_as_real() of them instead")
     if dut.shape != ref.shape:
         return Verdict(False, {"numel": float(dut.numel()), "shape_mismatch": 1.0},
-                       {"shape_mismatch": lower(1.0, 0.0)},
+                       {"shape_mismatch": _NONE_MORE},
                        f"shape mismatch: dut {tuple(dut.shape)} vs reference "
                        f"{tuple(ref.shape)} (standard {standard!r})")
     if not dut.is_floating_point() or isinstance(judge, Exact) or dut.dtype not in DTYPE_LIMITS:
@@ -854,7 +878,8 @@ def compare_outputs(dut: torch.Tensor, reference: torch.Tensor,
 def _measure(dut: torch.Tensor, ref: torch.Tensor, lowp: Optional[torch.Tensor],
              want_ulp: bool, scale: Optional[torch.Tensor]):
     """``(Measured, d, r, finite, nonfinite_bad)`` for one float output: the statistics
-    every judge reads, plus the flat tensors the message points into."""
+    every judge reads, plus the flat tensors the message points into (``finite`` and
+    ``nonfinite_bad`` None where every value is finite)."""
     dtype = dut.dtype
     limits = DTYPE_LIMITS[dtype]
     d = dut.double().reshape(-1)
@@ -862,11 +887,11 @@ def _measure(dut: torch.Tensor, ref: torch.Tensor, lowp: Optional[torch.Tensor],
     r_cast = ref.to(dtype).double().reshape(-1)  # Note [Non-finite values]
     has_low = lowp is not None and lowp.shape == dut.shape
     lw = lowp.double().reshape(-1) if has_low else None
-    if bool(torch.isfinite(d).all() & torch.isfinite(r_cast).all() & torch.isfinite(r).all()):
-        # the usual output: nothing to classify, every position compared
-        nonfinite_bad = torch.zeros(d.shape, dtype=torch.bool)
+    if bool(torch.isfinite(torch.cat((d, r, r_cast)).sum())):
+        # the usual output (a float64 sum is finite only if every value is): nothing to
+        # classify, every position compared (None: no mask, for _message)
+        nonfinite_bad = finite = None
         nan_inf = 0
-        finite = torch.ones(d.shape, dtype=torch.bool)
         fd, fr = d, r
         fscale = scale.reshape(-1) if scale is not None else None
     else:
@@ -887,29 +912,30 @@ def _measure(dut: torch.Tensor, ref: torch.Tensor, lowp: Optional[torch.Tensor],
         low = lw if nan_inf == 0 and fd is d else lw[finite]
         low_finite = bool(torch.isfinite(low).all())
     if low_finite:  # the usual case: the DUT's and the CPU's own error in one pass
-        (m, ref_m), errs = _errors(torch.stack([fd, low]), fr, limits, dtype, want_ulp, fmag)
+        (m, ref_m), errs, small, mag_norm = _errors(torch.stack([fd, low]), fr, limits, dtype,
+                                                    want_ulp, fmag)
         err, low_err = errs[0], errs[1]
     else:
-        (m,), errs = _errors(fd.unsqueeze(0), fr, limits, dtype, want_ulp, fmag)
+        (m,), errs, small, mag_norm = _errors(fd.unsqueeze(0), fr, limits, dtype, want_ulp,
+                                              fmag)
         err = errs[0]
     metrics: dict[str, float] = dict(m)
     metrics["nan_inf_mismatch"] = float(nan_inf)
     metrics["numel"] = float(dut.numel())
-    rms_ref = math.sqrt(_f(fmag.dot(fmag)) / fr.numel()) if fr.numel() else 0.0
+    rms_ref = mag_norm / math.sqrt(fr.numel()) if fr.numel() else 0.0
     if has_low:
         if not low_finite:
             lfinite = torch.isfinite(low)
-            (ref_m,), _ = _errors(low[lfinite].unsqueeze(0), fr[lfinite], limits, dtype,
-                                  want_ulp, fmag[lfinite])
+            (ref_m,), _, _, _ = _errors(low[lfinite].unsqueeze(0), fr[lfinite], limits, dtype,
+                                        want_ulp, fmag[lfinite])
             low_err = (low - fr).abs().nan_to_num(nan=0.0, posinf=0.0)
             low = torch.where(lfinite, low, math.nan)
         metrics["ref_cosine"] = ref_m["cosine"]
         for key in ("max_rel_err", "mean_rel_err", "rmse", "small_abs_err", "err_balance",
                     *(("ulp_gt1_share", "ulp_gt32_share", "ulp_mean") if want_ulp else ())):
             metrics[f"ref_{key}"] = ref_m[key]
-    out = Measured(dtype=dtype, limits=limits, eps=torch.finfo(dtype).eps, dut=fd, ref=fr,
-                   low=low, mag=fmag, err=err,
-                   small=torch.lt(fmag, limits.small_value),
+    out = Measured(dtype=dtype, limits=limits, eps=_EPS[dtype], dut=fd, ref=fr,
+                   low=low, mag=fmag, err=err, small=small,
                    m=m, ref_m=ref_m, low_err=low_err, rms_ref=rms_ref,
                    conditioned=scale is not None, nan_inf=nan_inf, metrics=metrics)
     return out, d, r, finite, nonfinite_bad
@@ -921,14 +947,14 @@ def _message(dut, d, r, finite, nonfinite_bad, err, allowance, absr, standard,
     lines = [f"Tensor-likes are not close under standard {standard!r} ({dtype})!",
              f"Mismatched elements: {mismatched} / {numel} "
              f"({100.0 * mismatched / max(numel, 1):.3g}%)"]
-    if bool(nonfinite_bad.any()):
+    if nonfinite_bad is not None and bool(nonfinite_bad.any()):
         flat = int(nonfinite_bad.nonzero()[0, 0])
         lines.append(f"First NaN/Inf disagreement at index {_index(flat, dut.shape)}: "
                      f"dut {d[flat].item()!r} vs reference {r[flat].item()!r}")
     if err.numel():
         score = err / allowance.clamp_min(1e-300)
         worst = int(score.argmax())
-        flat = int(finite.nonzero()[worst, 0])
+        flat = worst if finite is None else int(finite.nonzero()[worst, 0])
         rel = err[worst] / absr[worst] if absr[worst] > 0 else math.inf
         lines.append(f"Greatest error at index {_index(flat, dut.shape)}: dut "
                      f"{d[flat].item()!r} vs reference {r[flat].item()!r} (abs err "

@@ -380,7 +380,7 @@ def test_errors_of_two_rows_in_one_pass_equal_each_row_alone(want_ulp):
     dut = ref.half().double()
     low = (ref * (1 + 2e-3 * torch.randn(300, generator=gen, dtype=torch.float64))).half().double()
     limits = DTYPE_LIMITS[torch.float16]
-    both, _ = _errors(torch.stack([dut, low]), ref, limits, torch.float16, want_ulp)
+    both, *_ = _errors(torch.stack([dut, low]), ref, limits, torch.float16, want_ulp)
     alone = [_errors(row.unsqueeze(0), ref, limits, torch.float16, want_ulp)[0][0]
              for row in (dut, low)]
     assert both[0] != both[1]  # two different kernels' errors, not one row twice
@@ -388,6 +388,26 @@ def test_errors_of_two_rows_in_one_pass_equal_each_row_alone(want_ulp):
         assert pair.keys() == single.keys()
         for key, value in single.items():
             assert pair[key] == pytest.approx(value, rel=1e-14, abs=1e-300), key
+
+
+@pytest.mark.parametrize("want_ulp", [False, True])
+@pytest.mark.parametrize("scaled", [False, True])
+def test_errors_return_where_the_magnitude_is_small_and_its_norm(want_ulp, scaled):
+    """What the one pass hands back besides the statistics (read by every judge, so not
+    computed again): the small-value mask and the magnitude's norm, of ``|r|`` or of the
+    condition's magnitude."""
+    gen = torch.Generator().manual_seed(4)
+    ref = torch.randn(200, generator=gen, dtype=torch.float64)
+    ref[:5] = 1e-6
+    mag = torch.maximum(ref.abs(), torch.full_like(ref, 0.5)) if scaled else None
+    limits = DTYPE_LIMITS[torch.float16]
+    _, err, small, norm = _errors(ref.half().double().unsqueeze(0), ref, limits,
+                                  torch.float16, want_ulp, mag)
+    expected = mag if scaled else ref.abs()
+    assert torch.equal(small, expected < limits.small_value)
+    assert int(small.sum()) == (0 if scaled else 5)
+    assert norm == pytest.approx(float(expected.norm()), rel=1e-14)
+    assert torch.equal(err[0], (ref.half().double() - ref).abs())
 
 
 def test_a_verdict_reads_the_cpus_own_error_from_the_same_pass():
