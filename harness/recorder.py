@@ -20,6 +20,7 @@ adds the options that narrow it to the failing case (``--op-filter '...'``).
 
 from __future__ import annotations
 
+import functools
 import zlib
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
@@ -39,6 +40,13 @@ def seed_for(global_seed: int, nodeid: str) -> int:
 
 def suite_area(path: Path, rootpath: Path) -> Optional[str]:
     """``<root>/suites/<area>/...`` -> area; None for a file outside ``suites/``."""
+    return _suite_area(str(path), str(rootpath))
+
+
+@functools.lru_cache(maxsize=4096)
+def _suite_area(path: str, rootpath: str) -> Optional[str]:
+    """:func:`suite_area`, once per test file (asked for each test and report: resolving
+    the paths took 0.15 ms a call)."""
     try:
         rel = Path(path).resolve().relative_to(Path(rootpath).resolve())
     except ValueError:
@@ -83,6 +91,7 @@ class Recorder:
         self.settings = settings
         self.seed = seed
         self.records: list[Record] = []
+        self._ids: set[str] = set()
         self.context: dict = {}
         """``info`` every record of this test gets (its own ``info`` wins): where it ran,
         e.g. a distributed check's ``rank_devices``."""
@@ -99,8 +108,9 @@ class Recorder:
         rec = Record(id=ids.check(record_id), status=status, metrics=dict(metrics or {}),
                      rules=dict(rules or {}), test=self.nodeid, message=message,
                      info={**self.context, **(info or {})})
-        if any(r.id == record_id for r in self.records):
+        if record_id in self._ids:
             raise ValueError(f"record id {record_id!r} recorded twice by {self.nodeid}")
+        self._ids.add(record_id)
         self.records.append(rec)
         return rec
 

@@ -274,13 +274,23 @@ class Record:
             raise SchemaError(f"record {self.id}: status {self.status!r}; expected one of "
                               f"{STATUSES}")
         self.status = Status(self.status)  # Note [One status type] in harness/ids.py
-        self.rules = {name: Rule.from_json(rule) for name, rule in self.rules.items()}
-        self.metrics = {name: _clean_metric(self.id, name, value)
-                        for name, value in self.metrics.items()}
-        missing = set(self.rules) - set(self.metrics)
+        rules, metrics = self.rules, self.metrics
+        # the usual record (Rules, and numbers whose sum is finite, which it is only if
+        # each is) is checked by C loops; anything else value by value
+        if {*map(type, rules.values())} <= _RULE_TYPE:
+            self.rules = dict(rules)
+        else:
+            self.rules = {name: Rule.from_json(rule) for name, rule in rules.items()}
+        numbers = {*map(type, metrics.values())} <= _NUMBER_TYPES
+        if numbers and _finite_sum(metrics.values()):
+            self.metrics = dict(metrics)
+        else:
+            self.metrics = {name: _clean_metric(self.id, name, value)
+                            for name, value in metrics.items()}
+        missing = self.rules.keys() - self.metrics.keys()
         if missing:
             raise SchemaError(f"record {self.id}: rules for metrics it lacks: {sorted(missing)}")
-        for name, rule in self.rules.items():
+        for name, rule in () if numbers else self.rules.items():
             value = self.metrics[name]
             if rule.better != "equal" and isinstance(value, str) and value not in NON_FINITE:
                 raise SchemaError(f"record {self.id}: metric {name}={value!r} is a string but "
@@ -325,6 +335,18 @@ class Record:
                    rules=data.get("rules", {}), suite=data.get("suite", ""),
                    test=data.get("test", ""), message=data.get("message", ""),
                    info=data.get("info", {}))
+
+
+_RULE_TYPE = {Rule}
+_NUMBER_TYPES = {float, int}
+
+
+def _finite_sum(values) -> bool:
+    """Whether ``sum(values)`` is finite (an int past the float range: False)."""
+    try:
+        return math.isfinite(sum(values))
+    except OverflowError:
+        return False
 
 
 def _clean_metric(record_id: str, name: str, value: Any) -> MetricValue:

@@ -166,11 +166,16 @@ def test_a_record_id_two_tests_record_is_an_error_naming_both():
     assert judge(state.run, None, errors=state.errors).level == "NO-GO"
 
 
-@pytest.mark.parametrize("bad", ["ops", "ops//float32", "ops/exp/", " ops/exp", "ops/exp\n"])
-def test_a_malformed_record_id_is_refused_where_it_is_recorded(bad):
+@pytest.mark.parametrize("bad, problem", [
+    ("ops", "needs at least"), ("ops//float32", "empty part"), ("ops/exp/", "empty part"),
+    ("/ops/exp", "empty part"), (" ops/exp", "surrounding spaces"),
+    ("ops /exp", "surrounding spaces"), ("ops/ exp", "surrounding spaces"),
+    ("ops/exp\u00a0", "surrounding spaces"), ("ops/exp\n", "surrounding spaces"),
+    ("ops/e\x01xp", "control character")])
+def test_a_malformed_record_id_is_refused_where_it_is_recorded(bad, problem):
     from harness import ids
 
-    with pytest.raises(ValueError, match="harness/ids.py"):
+    with pytest.raises(ValueError, match=f"{problem}.*harness/ids.py"):
         ids.check(bad)
     assert ids.check("ops/exp/float16/fwd/s=(128,257)") == "ops/exp/float16/fwd/s=(128,257)"
 

@@ -32,6 +32,22 @@ def test_non_finite_metrics_stay_valid_json(tmp_path, fingerprint):
     assert json.loads(text)["records"]["ops/a"]["metrics"]["err"] == "inf"
 
 
+def test_metrics_are_cleaned_the_same_on_the_fast_path_and_value_by_value():
+    """A record of plain finite numbers is taken as it is (C loops); one with a non-finite
+    float, a bool, a numpy scalar or an int past the float range is cleaned value by
+    value: the same JSON-safe values either way."""
+    import numpy as np
+
+    plain = Record("ops/a", metrics={"x": 1.5, "n": 3})
+    assert plain.metrics == {"x": 1.5, "n": 3}
+    mixed = Record("ops/a", metrics={"x": 1.5, "inf": float("inf"), "nan": float("nan"),
+                                     "flag": True, "np": np.float32(0.5), "big": 10**400},
+                   rules={"x": results.lower()})
+    assert mixed.metrics == {"x": 1.5, "inf": "inf", "nan": "nan", "flag": True, "np": 0.5,
+                             "big": 10**400}
+    assert type(mixed.metrics["np"]) is float and mixed.rules == {"x": results.lower()}
+
+
 @pytest.mark.parametrize("bad", [
     dict(status="great"), dict(rules={"x": {"better": "lower"}}),
     dict(metrics={"x": 1.0}, rules={"x": {"better": "sideways"}}),
