@@ -121,12 +121,35 @@ shard of a run is labelled ``I/N`` in the store (Note [Shards of one run])."""
 
 
 def settings_of_config(config, root: Path) -> Settings:
-    """The run's Settings from a pytest ``Config`` (read through ``getoption`` only)."""
+    """The run's Settings from a pytest ``Config`` (read through ``getoption`` only).
+
+    Raises:
+        OptionsError: as :func:`settings_from`, and for shards whose tests would be
+            ordered apart (:func:`harness.store.shards.unstable_order`).
+    """
+    from harness.store.shards import unstable_order
+
     markexpr = config.getoption("markexpr", "") or ""
     values = {dest: config.getoption(dest) for dest in DESTS}
     values.update({dest: config.getoption(dest, None) for dest in SHARD_DESTS})
+    problem = unstable_order(values.get("splits"), _shuffled_by(config))
+    if problem is not None:
+        raise OptionsError(problem)
     return settings_from(values, root=root, here=config.invocation_params.dir,
                          markexpr=markexpr)
+
+
+def _shuffled_by(config) -> Optional[str]:
+    """``"pytest-randomly"`` when it reorders the tests with a seed each process draws for
+    itself (its default, or ``last``: each host's own cache); None otherwise. The seed as
+    given is read from the arguments parsed before plugins configure (pytest-randomly's
+    configure replaces ``default`` with the seed it drew)."""
+    if config.pluginmanager.get_plugin("randomly") is None:
+        return None
+    if not config.getoption("randomly_reorganize", True):
+        return None
+    seed = getattr(config.known_args_namespace, "randomly_seed", "default")
+    return "pytest-randomly" if seed in ("default", "last") else None
 
 
 def names_marker(markexpr: str, marker: str) -> bool:

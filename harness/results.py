@@ -290,12 +290,13 @@ class Record:
         missing = self.rules.keys() - self.metrics.keys()
         if missing:
             raise SchemaError(f"record {self.id}: rules for metrics it lacks: {sorted(missing)}")
-        for name, rule in () if numbers else self.rules.items():
-            value = self.metrics[name]
-            if rule.better != "equal" and isinstance(value, str) and value not in NON_FINITE:
-                raise SchemaError(f"record {self.id}: metric {name}={value!r} is a string but "
-                                  f"its rule is '{rule.better} is better'; store a number "
-                                  "(strings are for metrics under an equal rule)")
+        if not numbers:  # only a string metric can break its rule's kind
+            for name, rule in self.rules.items():
+                value = self.metrics[name]
+                if rule.better != "equal" and isinstance(value, str) and value not in NON_FINITE:
+                    raise SchemaError(f"record {self.id}: metric {name}={value!r} is a string "
+                                      f"but its rule is '{rule.better} is better'; store a "
+                                      "number (strings are for metrics under an equal rule)")
         if not self.suite:
             self.suite = self.id.split("/", 1)[0]
 

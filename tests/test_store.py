@@ -16,7 +16,7 @@ from harness import results
 from harness.results import Record, Rule, RunResults
 from harness.store import NewerStoreError, StoreError, import_paths, mask, open_store
 from harness.store.series import series_of
-from harness.store.shards import derive_run_id, label, merge, problems_of
+from harness.store.shards import derive_run_id, label, merge, problems_of, unstable_order
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -419,12 +419,44 @@ def test_run_ids_come_from_ci_variables():
     assert label(None, None) == "1/1" and label(2, 3) == "2/3"
 
 
+def test_shards_that_would_order_their_tests_apart_are_refused_before_the_run():
+    """pytest-split takes its part of the tests in the order it gets them: shards whose
+    processes each shuffle them with a seed of their own (pytest-randomly's default, or
+    ``last``) would overlap and leave tests out, so such a shard is refused before it runs,
+    naming the fixes; one order for every shard (no shuffling, one seed) is not refused."""
+    import types
+
+    from harness.options import _shuffled_by
+
+    why = unstable_order(3, "pytest-randomly")
+    assert "--splits 3" in why and "overlap" in why
+    assert "-p no:randomly" in why and "--randomly-dont-reorganize" in why \
+        and "--randomly-seed" in why
+    assert unstable_order(None, "pytest-randomly") is None
+    assert unstable_order(1, "pytest-randomly") is None and unstable_order(3, None) is None
+
+    def config(plugin: bool, reorganize: bool = True, seed: object = "default"):
+        return types.SimpleNamespace(
+            pluginmanager=types.SimpleNamespace(
+                get_plugin=lambda name: object() if plugin and name == "randomly" else None),
+            getoption=lambda name, default=None: (reorganize if name == "randomly_reorganize"
+                                                  else default),
+            known_args_namespace=types.SimpleNamespace(randomly_seed=seed))
+
+    assert _shuffled_by(config(True)) == "pytest-randomly"
+    assert _shuffled_by(config(True, seed="last")) == "pytest-randomly"
+    assert _shuffled_by(config(True, seed=7)) is None
+    assert _shuffled_by(config(True, reorganize=False)) is None
+    assert _shuffled_by(config(False)) is None
+
+
 def _shard(tmp_path, group: int, run_id: str, store: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     env.pop("HARNESS_STORE", None)
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-m", "npu", "suites/example", "-q",
-         "-p", "no:cacheprovider", "--splits", "3", "--group", str(group), "--run-id", run_id,
+         "-p", "no:cacheprovider", "-p", "no:randomly", "--splits", "3", "--group", str(group),
+         "--run-id", run_id,
          "--splitting-algorithm", "least_duration",
          f"--store={store}", f"--results-dir={tmp_path / f'r{group}'}", "--baseline", "off"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)

@@ -304,8 +304,8 @@ class _AtenOps(TorchDispatchMode):
     dispatch mode class's ``__torch_dispatch__`` in a Dynamo-disabling function when the
     class is made, and a class made per case paid that per case. The mode only notes a
     name and calls the op, and noting runs are eager, so there is no frame in it for
-    Dynamo to skip: ``_should_skip_dynamo`` (torch's documented opt-out of that wrapper)
-    says so, and each of the ~40,000 dispatches of a default run skips the wrapper's work.
+    Dynamo to skip: ``_should_skip_dynamo`` (the opt-out its docstring shows) says so,
+    and each of the ~40,000 dispatches of a default run skips the wrapper's work.
     """
 
     def __init__(self, seen: Watch) -> None:

@@ -46,6 +46,22 @@ def label(group: Optional[int], splits: Optional[int]) -> str:
     return f"{group or 1}/{splits or 1}"
 
 
+def unstable_order(splits: Optional[int], shuffled_by: Optional[str]) -> Optional[str]:
+    """Why the shards of this run would not partition its tests, or None.
+
+    pytest-split takes its part of the collected tests in the order it gets them, so every
+    shard must see one order. ``shuffled_by`` names what reorders the tests in each
+    process on its own (pytest-randomly without one ``--randomly-seed`` for every shard),
+    None when nothing does. Shards ordered apart overlap and leave tests out, which the
+    merged run's verdict finds only afterwards, as NO-GO (a test in two shards)."""
+    if not splits or splits < 2 or shuffled_by is None:
+        return None
+    return (f"--splits {splits}: {shuffled_by} shuffles the tests in each shard's process "
+            "with a seed of its own, before pytest-split takes its part, so the shards would "
+            "overlap and leave tests out; add -p no:randomly (or --randomly-dont-reorganize, "
+            "or the same --randomly-seed N on every shard)")
+
+
 def problems_of(rows) -> list[str]:
     """What keeps the stored parts (:class:`harness.store.StoredRun`) from being one run."""
     problems: list[str] = []
