@@ -435,8 +435,10 @@ from harness.distributed import DistCase, SubCheck
 
 def niceness(ctx, seconds):
     niceness = os.getpriority(os.PRIO_PROCESS, 0)  # while the other family's test runs:
-    with open(os.path.join(PIDS, f"rank{ctx.rank}"), "w") as handle:  # it waits for this
-        handle.write(str(os.getpid()))
+    partial = os.path.join(PIDS, f".partial{ctx.rank}")  # it waits for this, and the
+    with open(partial, "w") as handle:  # session may stop the rank at any moment: the
+        handle.write(str(os.getpid()))  # pid file appears whole or not at all
+    os.replace(partial, os.path.join(PIDS, f"rank{ctx.rank}"))
     time.sleep(seconds)
     return {"niceness": niceness, "pid": os.getpid()}
 
@@ -456,7 +458,8 @@ import time
 
 def test_plain(results):
     deadline = time.monotonic() + 60
-    while len(os.listdir(PIDS)) < 2 and time.monotonic() < deadline:
+    while (len([n for n in os.listdir(PIDS) if n.startswith("rank")]) < 2
+           and time.monotonic() < deadline):
         time.sleep(0.05)  # the launch ahead runs meanwhile: its ranks say so
     results.check("demo/plain/x", OK, "deliberate")
 """
