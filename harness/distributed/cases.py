@@ -59,8 +59,8 @@ other work keeps busy, a rank at +19 would run only in that work's gaps, and a l
 waited for must go as fast as one started then. Giving a priority back needs
 CAP_SYS_NICE or an RLIMIT_NICE that allows it (``launcher.restores_priority``, tried
 once); where the session has neither (an unprivileged user, usually; a container
-without that capability), the launches do not run ahead. What bounds
-a rank's wait for a starved peer is the collectives' own timeout (the group's:
+without that capability), the launches do not run ahead. What bounds a rank's wait for
+a starved peer is the collectives' own timeout (the group's:
 ``--dist-timeout``, 120 s by default and never under 30 s): at +19 a rank gets about 1.5%
 of a core whose threads the session keeps busy, so a peer would need nearly two seconds
 of its own work between two collectives (half a second at 30 s) in such a stretch to
@@ -69,9 +69,10 @@ exceed it; the family's sub-checks do milliseconds to a few hundred.
 Not ahead: an accelerator (the ranks would share the session's device and its memory
 with the checks measured on it), xdist workers (the shared store above decides who
 launches), ranks started as fresh interpreters (a thread beside torch must not fork and
-exec), a session that may not give a priority back, and ``alone`` cases. A launch that fails raises in every test that reads it; a
-session that ends first (``-x``, Ctrl-C, SIGTERM) stops the launch and kills its ranks
-(:meth:`Planner.close`). ``HARNESS_DIST_SUBPROCESS=1`` (fresh interpreters) turns it off.
+exec), a session that may not give a priority back, and ``alone`` cases. A launch that
+fails raises in every test that reads it; a session that ends first (``-x``, Ctrl-C,
+SIGTERM) stops the launch and kills its ranks (:meth:`Planner.close`).
+``HARNESS_DIST_SUBPROCESS=1`` (fresh interpreters) turns it off.
 """
 
 from __future__ import annotations

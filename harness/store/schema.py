@@ -130,14 +130,13 @@ durations = Table(
 def name_id(kind: str, name: str) -> int:
     """The id of a record id or series name: the first 8 bytes of its BLAKE2b hash, as a
     signed 64-bit integer (a collision among a million names has odds near 3e-8)."""
-    digest = hashlib.blake2b(f"{kind}\0{name}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little", signed=True)
+    return name_ids((kind,), (name,))[0]
 
 
 def name_ids(kinds, names) -> list[int]:
-    """:func:`name_id` of each ``(kind, name)`` of two parallel sequences, in order: the
-    digests joined and read as one little-endian int64 array (a run's first layout
-    interns 250,000 names)."""
+    """:func:`name_id` of each ``(kind, name)`` of two parallel sequences, in order (the
+    one definition of an id): the digests joined and read as one little-endian int64
+    array (a run's first layout interns 250,000 names)."""
     import numpy as np
 
     blake2b = hashlib.blake2b
