@@ -246,3 +246,50 @@ def test_catalog_records_a_cpu_fallback_like_the_sweep(cpu, monkeypatch):
     assert out[0].fallback == ["aten::sort.stable"]
     assert out[0].record_info["fallback_ops"] == ["aten::sort.stable"]
     assert "host CPU" in out[0].message
+
+
+# ------------------------------------------------------------------ a CPU DUT's low side
+
+def _counted_run(entry, dtype: str, calls: list):
+    """A :data:`~harness.ops.runner.Run` of ``entry``'s first sample that notes where and
+    in which dtype each execution ran."""
+    from harness.ops.runner import Side, _execute
+
+    sample = entry.samples[0]
+    values = materialize(sample, dtype, torch.Generator().manual_seed(0))
+
+    def run(where, float_dtype, noting, magnitudes):
+        calls.append((where.type, float_dtype, noting is not None, magnitudes))
+        outs, grads, _ = _execute(entry, values, sample, where, float_dtype, True, None,
+                                  torch.Generator().manual_seed(1), noting)
+        return Side(outs, grads)
+
+    return run
+
+
+def test_a_cpu_dut_without_faults_is_its_own_low(cpu):
+    """Note [A CPU DUT is its own low]: no third execution of the same computation."""
+    from harness.ops.runner import execute
+
+    calls: list = []
+    done = execute(cpu, _counted_run(BY_NAME["exp"], "float16", calls), torch.float16,
+                   torch.float32)
+    assert done.low is done.dut and done.ref is not done.dut
+    # measured and noted on the DUT, then the up-cast reference: nothing else
+    assert calls == [("cpu", torch.float16, False, False), ("cpu", torch.float16, True, False),
+                     ("cpu", torch.float32, False, False)]
+
+
+def test_a_fault_gives_the_cpu_dut_a_low_of_its_own(cpu):
+    """With a fault active the DUT is another kernel: ``low`` is the CPU's, run apart, and
+    the fault still turns the case red (the CPU's error does not excuse it)."""
+    from harness.ops.runner import execute
+
+    entry = BY_NAME["exp"]
+    assert {o.status for o in run_case(cpu, entry, "float32", entry.samples[0])} == {"pass"}
+    faults.set_active(["ops.exp_rel_error"])  # fp32 exp 1e-4 off
+    calls: list = []
+    done = execute(cpu, _counted_run(entry, "float32", calls), torch.float32, torch.float64)
+    assert done.low is not done.dut
+    assert calls.count(("cpu", torch.float32, False, False)) == 2  # the DUT, then low
+    assert {o.status for o in run_case(cpu, entry, "float32", entry.samples[0])} == {"fail"}
