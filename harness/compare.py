@@ -233,8 +233,9 @@ def _f(value) -> float:
 # synchronises), the scalars of one output are stacked and read with one ``tolist()``, an
 # output without NaN/Inf skips classifying them, and the sign test counts both senses as
 # rows of one tensor. The DUT's error and the CPU's own error in the same dtype are two
-# rows of one pass (:func:`_errors`). The values are the same statistics (sums in another
-# order: within 1e-14 relative of the per-statistic version).
+# rows of one pass (:func:`_errors`), or one where the CPU's run is the DUT's own (Note
+# [A CPU DUT is its own low] in :mod:`harness.ops.runner`). The values are the same
+# statistics (sums in another order: within 2e-14 relative of the per-statistic version).
 #
 # In these hot paths tensor arithmetic is written as torch's functions (``torch.sub(x,
 # r)``, ``torch.gt``), not operators: a profiler (cProfile, which
@@ -245,11 +246,12 @@ def _f(value) -> float:
 
 def _errors(x: torch.Tensor, r: torch.Tensor, limits: DtypeLimits, dtype: torch.dtype,
             want_ulp: bool, mag: Optional[torch.Tensor] = None
-            ) -> tuple[list[dict[str, float]], torch.Tensor, torch.Tensor, float]:
+            ) -> tuple[list[dict[str, float]], torch.Tensor, torch.Tensor, float, int]:
     """Error statistics of each row of finite ``x`` against finite ``r`` (float64; ``x``
     ``(k, n)``, ``r`` ``(n,)``): one dict per row, the DUT's and the CPU's own error in
     one pass (Note [Statistics in one pass of torch]); then the rows' ``|x - r|``, where
-    the magnitude is small (``< limits.small_value``) and the magnitude's Euclidean norm.
+    the magnitude is small (``< limits.small_value``), the magnitude's Euclidean norm and
+    the count of positions where it is not small.
 
     ``mag`` is the magnitude relative quantities are measured against (Note [Condition
     of products and reductions]); ``|r|`` when None.
@@ -263,7 +265,7 @@ def _errors(x: torch.Tensor, r: torch.Tensor, limits: DtypeLimits, dtype: torch.
         out["cosine"] = 1.0
         if want_ulp:
             out.update(ulp_mean=0.0, ulp_max=0.0, ulp_gt1_share=0.0, ulp_gt32_share=0.0)
-        return [dict(out) for _ in range(rows)], err, torch.zeros(0, dtype=torch.bool), 0.0
+        return [dict(out) for _ in range(rows)], err, torch.zeros(0, dtype=torch.bool), 0.0, 0
     # Note [Statistics in one pass of torch]: every statistic is a reduction of a
     # masked tensor (torch.where, never boolean indexing, which copies), over the last
     # dimension for every row at once, stacked and read back with one tolist()
@@ -280,9 +282,9 @@ def _errors(x: torch.Tensor, r: torch.Tensor, limits: DtypeLimits, dtype: torch.
         stats.append(torch.linalg.vector_norm(absr).expand(rows))
     if want_ulp:
         ulps = torch.div(err, ulp(absr, dtype))
-        stats += [ulps.mean(1), ulps.amax(1), torch.gt(ulps, 1).sum(1),
-                  torch.gt(ulps, 32).sum(1)]
-    table = torch.stack([t.double() for t in stats], 1).tolist()
+        stats += [ulps.mean(1), ulps.amax(1), torch.gt(ulps, 1).sum(1, dtype=torch.float64),
+                  torch.gt(ulps, 32).sum(1, dtype=torch.float64)]
+    table = torch.stack(stats, 1).tolist()  # every statistic is float64 already
     mag_norm = table[0][-1 - 4 * want_ulp] if mag is not None else table[0][7]
     normal = max(normal_count, 1)
     results = []
@@ -305,7 +307,7 @@ def _errors(x: torch.Tensor, r: torch.Tensor, limits: DtypeLimits, dtype: torch.
             out.update(ulp_mean=ulp_mean, ulp_max=ulp_max, ulp_gt1_share=gt1 / n,
                        ulp_gt32_share=gt32 / n)
         results.append(out)
-    return results, err, small, mag_norm
+    return results, err, small, mag_norm, normal_count
 
 
 def _fmt(value: float) -> str:
@@ -343,6 +345,7 @@ class Measured:
             reductions]).
         err: ``|dut - ref|``.
         small: ``mag < small_value`` (msprobe's small values).
+        normal_count: the positions where ``small`` is false.
         m: the DUT's error statistics (:func:`_errors`).
         ref_m: the CPU's own error statistics in the DUT's dtype, or None.
         low_err: the CPU's own error per element (0 where it is not finite), or None.
@@ -361,6 +364,7 @@ class Measured:
     mag: torch.Tensor
     err: torch.Tensor
     small: torch.Tensor
+    normal_count: int
     m: dict[str, float]
     ref_m: Optional[dict[str, float]]
     low_err: Optional[torch.Tensor]
@@ -529,7 +533,7 @@ class Absolute(Standard):
 
     def judge(self, out: Measured) -> Judgement:
         limits = out.limits
-        allowance = torch.where(out.small, torch.full_like(out.mag, limits.small_value_atol),
+        allowance = torch.where(out.small, limits.small_value_atol,
                                 torch.mul(out.mag, limits.abs_rtol))
         described = (f"relative error <= {_fmt(limits.abs_rtol)} where |reference| >= "
                      f"{_fmt(limits.small_value)}, else absolute error <= "
@@ -628,8 +632,7 @@ class Relative(Standard):
                                 f"{_fmt(ref_m[key])} (floor {_fmt(floors[key])}; limit {limit:g}x)")
         max_rel_allowed = std["max_rel_err"] * max(ref_m["max_rel_err"], eps)
         small_allowed = std["small_abs_err"] * max(ref_m["small_abs_err"], limits.small_value_atol)
-        allowance = torch.where(out.small, torch.full_like(out.mag, small_allowed),
-                                torch.mul(out.mag, max_rel_allowed))
+        allowance = torch.where(out.small, small_allowed, torch.mul(out.mag, max_rel_allowed))
         described = ("DUT error / CPU reference error (same dtype): "
                      + ", ".join(f"{k} <= {v:g}x" for k, v in std.items()))
         return Judgement(allowance, described, failures, mismatches_fail=False)
@@ -668,7 +671,7 @@ class Floor:
         if ref_m is None:
             return []
         ratio_limit = self.limits["balance_ratio"]
-        normal_count = int((~out.small).sum())
+        normal_count = out.normal_count
         noise = out.eps / math.sqrt(max(normal_count, 1))
         limit = ratio_limit * max(ref_m["err_balance"], noise)
         out.metrics["err_balance_ratio"] = m["err_balance"] / max(ref_m["err_balance"], noise)
@@ -681,8 +684,8 @@ class Floor:
     def _sign_test(self, out: Measured) -> list[str]:
         """The paired sign test of the error directions (Note [Error balance]); both
         senses at once, as rows of one tensor, its counts read back with one tolist()."""
-        normal = torch.logical_not(out.small)
-        all_normal = bool(normal.all())
+        all_normal = out.normal_count == out.small.numel()
+        normal = None if all_normal else torch.logical_not(out.small)
         ref = out.ref if all_normal else torch.masked_select(out.ref, normal)
         absref = torch.abs(ref)
 
@@ -691,7 +694,8 @@ class Floor:
 
         dut_dirs = directions(out.dut if all_normal else torch.masked_select(out.dut, normal))
         counts = [torch.gt(dut_dirs, 0), torch.ne(dut_dirs, 0)]
-        if out.low is not None:
+        own_low = out.low is out.dut  # Note [A CPU DUT is its own low]: the same directions
+        if out.low is not None and not own_low:
             low = out.low if all_normal else torch.masked_select(out.low, normal)
             keep = torch.isfinite(low)
             cpu = directions(low)
@@ -700,6 +704,9 @@ class Floor:
                        torch.logical_and(torch.gt(dut_dirs, cpu), keep),
                        torch.logical_and(torch.lt(dut_dirs, cpu), keep), keep.expand(2, -1)]
         rows = torch.stack(counts).sum(2).tolist()
+        if own_low:  # the CPU's counts are the DUT's; none more, none less; all kept
+            n = dut_dirs.shape[1]
+            rows += [rows[0], rows[1], [0, 0], [0, 0], [n, n]]
         for i, sense in enumerate(SENSES):
             out.metrics[f"{sense}_share"] = _share(rows[0][i], rows[1][i])
         if out.low is None:
@@ -836,9 +843,11 @@ def compare_outputs(dut: torch.Tensor, reference: torch.Tensor,
             are measured against ``max(|reference|, scale)``. None: against ``|reference|``.
     """
     judge = standard_by_name(standard)
+    own_low = reference_lowp is dut  # Note [A CPU DUT is its own low]: measured once
     dut = dut.detach().cpu()
     ref = reference.detach().cpu()
-    lowp = reference_lowp.detach().cpu() if reference_lowp is not None else None
+    lowp = dut if own_low else (reference_lowp.detach().cpu() if reference_lowp is not None
+                                else None)
     if dut.is_complex() or ref.is_complex():
         raise TypeError("complex outputs are not supported by harness.compare; compare "
                         "torch.view_as_real() of them instead")
@@ -879,17 +888,22 @@ def _measure(dut: torch.Tensor, ref: torch.Tensor, lowp: Optional[torch.Tensor],
              want_ulp: bool, scale: Optional[torch.Tensor]):
     """``(Measured, d, r, finite, nonfinite_bad)`` for one float output: the statistics
     every judge reads, plus the flat tensors the message points into (``finite`` and
-    ``nonfinite_bad`` None where every value is finite)."""
+    ``nonfinite_bad`` None where every value is finite). ``lowp`` *is* ``dut`` where the
+    DUT's run is the CPU's own (Note [A CPU DUT is its own low] in harness/ops/runner.py):
+    its errors are then the DUT's, measured once, and ``Measured.low`` is ``Measured.dut``."""
     dtype = dut.dtype
     limits = DTYPE_LIMITS[dtype]
     d = dut.double().reshape(-1)
     r = ref.double().reshape(-1)
     r_cast = ref.to(dtype).double().reshape(-1)  # Note [Non-finite values]
     has_low = lowp is not None and lowp.shape == dut.shape
-    lw = lowp.double().reshape(-1) if has_low else None
-    if bool(torch.isfinite(torch.cat((d, r, r_cast)).sum())):
-        # the usual output (a float64 sum is finite only if every value is): nothing to
-        # classify, every position compared (None: no mask, for _message)
+    lw = (d if lowp is dut else lowp.double().reshape(-1)) if has_low else None
+    # the usual output (a float64 sum is finite only if every value is, the CPU's too):
+    # nothing to classify, every position compared (None: no mask, for _message)
+    all_finite = bool(torch.isfinite(torch.cat((d, r, r_cast) if lw is None or lw is d
+                                               else (d, r, r_cast, lw)).sum()))
+    if all_finite or (lw is not None and lw is not d
+                      and bool(torch.isfinite(torch.cat((d, r, r_cast)).sum()))):
         nonfinite_bad = finite = None
         nan_inf = 0
         fd, fr = d, r
@@ -898,7 +912,7 @@ def _measure(dut: torch.Tensor, ref: torch.Tensor, lowp: Optional[torch.Tensor],
         dclass, rclass = nonfinite_classes(d), nonfinite_classes(r_cast)
         nonfinite_bad = dclass != rclass
         if has_low:  # Note [CPU's own error]
-            nonfinite_bad &= dclass != nonfinite_classes(lw)
+            nonfinite_bad &= dclass != (dclass if lw is d else nonfinite_classes(lw))
         nan_inf = int(nonfinite_bad.sum())
         finite = (dclass == 0) & (rclass == 0) & torch.isfinite(r)
         fd, fr = d[finite], r[finite]
@@ -909,16 +923,18 @@ def _measure(dut: torch.Tensor, ref: torch.Tensor, lowp: Optional[torch.Tensor],
     ref_m = low_err = low = None
     low_finite = False
     if has_low:
-        low = lw if nan_inf == 0 and fd is d else lw[finite]
-        low_finite = bool(torch.isfinite(low).all())
-    if low_finite:  # the usual case: the DUT's and the CPU's own error in one pass
-        (m, ref_m), errs, small, mag_norm = _errors(torch.stack([fd, low]), fr, limits, dtype,
-                                                    want_ulp, fmag)
+        low = fd if lw is d else (lw if nan_inf == 0 and fd is d else lw[finite])
+        low_finite = low is fd or all_finite or bool(torch.isfinite(low).all())
+    if low_finite and low is not fd:  # the usual case: the DUT's and the CPU's own error
+        (m, ref_m), errs, small, mag_norm, normal_count = _errors(   # in one pass
+            torch.stack([fd, low]), fr, limits, dtype, want_ulp, fmag)
         err, low_err = errs[0], errs[1]
     else:
-        (m,), errs, small, mag_norm = _errors(fd.unsqueeze(0), fr, limits, dtype, want_ulp,
-                                              fmag)
+        (m,), errs, small, mag_norm, normal_count = _errors(fd.unsqueeze(0), fr, limits, dtype,
+                                                            want_ulp, fmag)
         err = errs[0]
+        if low is fd:  # the DUT's own run: the CPU's own error is the DUT's
+            ref_m, low_err = dict(m), err
     metrics: dict[str, float] = dict(m)
     metrics["nan_inf_mismatch"] = float(nan_inf)
     metrics["numel"] = float(dut.numel())
@@ -926,8 +942,8 @@ def _measure(dut: torch.Tensor, ref: torch.Tensor, lowp: Optional[torch.Tensor],
     if has_low:
         if not low_finite:
             lfinite = torch.isfinite(low)
-            (ref_m,), _, _, _ = _errors(low[lfinite].unsqueeze(0), fr[lfinite], limits, dtype,
-                                        want_ulp, fmag[lfinite])
+            (ref_m,), *_ = _errors(low[lfinite].unsqueeze(0), fr[lfinite], limits, dtype,
+                                   want_ulp, fmag[lfinite])
             low_err = (low - fr).abs().nan_to_num(nan=0.0, posinf=0.0)
             low = torch.where(lfinite, low, math.nan)
         metrics["ref_cosine"] = ref_m["cosine"]
@@ -935,7 +951,7 @@ def _measure(dut: torch.Tensor, ref: torch.Tensor, lowp: Optional[torch.Tensor],
                     *(("ulp_gt1_share", "ulp_gt32_share", "ulp_mean") if want_ulp else ())):
             metrics[f"ref_{key}"] = ref_m[key]
     out = Measured(dtype=dtype, limits=limits, eps=_EPS[dtype], dut=fd, ref=fr,
-                   low=low, mag=fmag, err=err, small=small,
+                   low=low, mag=fmag, err=err, small=small, normal_count=normal_count,
                    m=m, ref_m=ref_m, low_err=low_err, rms_ref=rms_ref,
                    conditioned=scale is not None, nan_inf=nan_inf, metrics=metrics)
     return out, d, r, finite, nonfinite_bad

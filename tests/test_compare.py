@@ -401,11 +401,12 @@ def test_errors_return_where_the_magnitude_is_small_and_its_norm(want_ulp, scale
     ref[:5] = 1e-6
     mag = torch.maximum(ref.abs(), torch.full_like(ref, 0.5)) if scaled else None
     limits = DTYPE_LIMITS[torch.float16]
-    _, err, small, norm = _errors(ref.half().double().unsqueeze(0), ref, limits,
-                                  torch.float16, want_ulp, mag)
+    _, err, small, norm, normal_count = _errors(ref.half().double().unsqueeze(0), ref, limits,
+                                                torch.float16, want_ulp, mag)
     expected = mag if scaled else ref.abs()
     assert torch.equal(small, expected < limits.small_value)
     assert int(small.sum()) == (0 if scaled else 5)
+    assert normal_count == 200 - int(small.sum())
     assert norm == pytest.approx(float(expected.norm()), rel=1e-14)
     assert torch.equal(err[0], (ref.half().double() - ref).abs())
 
@@ -420,3 +421,31 @@ def test_a_verdict_reads_the_cpus_own_error_from_the_same_pass():
     assert verdict.metrics["max_rel_err"] > 0.009
     assert verdict.metrics["ref_max_rel_err"] < 2 ** -10
     assert not verdict.passed
+
+
+@pytest.mark.parametrize("standard", ["relative", "absolute", "ulp"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("specials", [False, True])
+def test_the_duts_own_run_as_its_low_is_measured_once_with_the_same_verdict(standard, dtype,
+                                                                           specials):
+    """Note [A CPU DUT is its own low]: passed the DUT's tensor itself as the low-precision
+    reference, the verdict, message and rules are those of an equal copy, the metrics
+    equal to the summation order (one row instead of two), the CPU's own error is the
+    DUT's, and the sign test finds no element more or less biased than the CPU's."""
+    gen = torch.Generator().manual_seed(7)
+    ref = torch.randn(300, generator=gen, dtype=torch.float64) * 3
+    if specials:
+        ref[:3] = torch.tensor([math.inf, -math.inf, math.nan])
+        ref[3:6] = 1e-7  # small values
+    dut = (ref * 1.002).to(dtype)  # a biased 0.2% error: the sign test has something to see
+    own = compare_outputs(dut, ref, dut, standard=standard)
+    copy = compare_outputs(dut, ref, dut.clone(), standard=standard)
+    assert (own.passed, own.message, own.rules) == (copy.passed, copy.message, copy.rules)
+    assert own.metrics.keys() == copy.metrics.keys()
+    for key, value in copy.metrics.items():
+        assert own.metrics[key] == pytest.approx(value, rel=1e-13, abs=1e-300), key
+    for key in ("max_rel_err", "mean_rel_err", "rmse"):
+        assert own.metrics[f"ref_{key}"] == own.metrics[key]
+    if dtype == torch.float16:
+        assert own.metrics["sign_test_p"] == 1.0
+        assert own.metrics["ref_below_share"] == own.metrics["below_share"] != 0.5

@@ -174,10 +174,15 @@ def _grad_labels(sample: Sample) -> list[str]:
 # way anything enters ``device.scope()`` on the CPU), the DUT's measured execution *is* the
 # CPU's run in the DUT's dtype: the same kernels on the same inputs and cotangents, the
 # scope adding nothing. So it is the ``low`` side too, not a third execution of the same
-# computation (a default run makes ~7,000 of them: ~5% of the op catalog's time). A fault
-# makes the DUT another kernel, so with one active (and on every other device, SimNPU
-# included) ``low`` is run on its own as before. ``tests/test_op_policy.py`` checks that the
-# records are the same either way, and that a fault still gets its own ``low``.
+# computation (a default run made ~7,000 of them: ~5% of the op catalog's time), and the
+# judgement, handed the DUT's tensor itself as the low-precision reference, measures its
+# errors once instead of twice (:func:`harness.compare.compare_outputs`). A fault makes the
+# DUT another kernel, so with one active (and on every other device, SimNPU included)
+# ``low`` is run on its own as before. The records are the same either way (the 13,277 of
+# ``suites/ops``: statuses, messages and rules equal, metrics to 2e-14 relative, the
+# summation order of one row instead of two); ``tests/test_op_policy.py`` checks that no
+# third execution runs and that a fault still gets its own ``low`` and fails,
+# ``tests/test_compare.py`` that the verdict is that of an equal copy.
 
 
 @dataclasses.dataclass
