@@ -355,11 +355,12 @@ def _write_results(state: RunState) -> None:
     settings, run = state.settings, state.run
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
     try:
-        doc = run.to_json()  # once, for the file and the store
+        encoded = results_mod.encode(run)  # once, for the file and the store
         path = results_mod.write(run, settings.results_dir /
-                                 f"{stamp}-{state.device.type}{results_mod.RESULTS_SUFFIX}", doc)
+                                 f"{stamp}-{state.device.type}{results_mod.RESULTS_SUFFIX}",
+                                 encoded=encoded)
         state.written.append(f"results: {path}")
-        if not _write_store(state, path, doc):
+        if not _write_store(state, path, encoded):
             return  # Note [Nothing deletes history]: the JSON is the only copy
         pruned = results_mod.prune(settings.results_dir, settings.keep_results)
         if pruned:
@@ -380,9 +381,10 @@ def _write_results(state: RunState) -> None:
 # files later. The verdict is the stack's: a store that is down does not change it.
 
 
-def _write_store(state: RunState, path: Path, doc: Optional[dict] = None) -> bool:
+def _write_store(state: RunState, path: Path,
+                 encoded: Optional[results_mod.Encoded] = None) -> bool:
     """Keep the run in the store; False (and a line saying how to import it later) when
-    the store cannot be written. ``doc``: the run's JSON, when already built."""
+    the store cannot be written. ``encoded``: the run's JSON, when already encoded."""
     from harness.store import StoreError, mask, open_store
 
     settings = state.settings
@@ -390,7 +392,7 @@ def _write_store(state: RunState, path: Path, doc: Optional[dict] = None) -> boo
         store = open_store(settings.store)
         try:
             store.put(state.run, run_id=settings.run_id, shard=settings.shard,
-                      source=str(path), durations=state.durations, doc=doc)
+                      source=str(path), durations=state.durations, encoded=encoded)
         finally:
             store.close()
     except StoreError as exc:

@@ -94,12 +94,17 @@ def test_a_run_written_from_its_json_once_is_the_run_written_twice(tmp_path, sto
     file, the same stored run (its digest: storing it again stores nothing), and the
     document is read, never changed."""
     run = _every_field(fingerprint)
+    run.records["amp/loss/bfloat16"].message = "diverged: pertes \u2264 \u221e, \u00e9cart\n"
     doc = run.to_json()
     kept = json.dumps(doc, sort_keys=True)
-    assert results.dumps(run, doc) == results.dumps(run)
+    encoded = results.encode(run, doc)  # Note [A run encoded once]
+    assert encoded.compact_records() == json.dumps(doc["records"], separators=(",", ":"),
+                                                   allow_nan=False)
+    assert results.dumps(run, doc) == results.dumps(run) == results.dumps(run, encoded=encoded)
     store = open_store(store_url)
-    pk, new = store.put(run, run_id="r1", doc=doc)
+    pk, new = store.put(run, run_id="r1", encoded=encoded)
     assert new and store.put(run, run_id="r1") == (pk, False)
+    assert store.put(run, run_id="r1", doc=doc) == (pk, False)
     assert json.dumps(doc, sort_keys=True) == kept
     assert store.load(pk).to_json() == doc
 
