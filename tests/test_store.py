@@ -622,3 +622,19 @@ def test_the_matrix_page_renders_escaped_in_a_browser(tmp_path, fingerprint):
     assert dom.count('<td class="cell" data-level=') == 8
     assert dom.count("<rect ") == 2 * 2 + 1 * 2 + 1 * 2 + 1 * 2
     assert 'data-level="NO-GO"' in dom and "cann-8.0.RC3 -&gt; cann-8.0.0" in dom
+
+
+def test_a_sqlite_connection_keeps_the_names_tree_in_its_page_cache(tmp_path):
+    """Note [SQLite's page cache]: every SQLite connection of a store gets the 64 MiB
+    page cache (the default 2 MB made a run's first write of its ~290,000 names read most
+    B-tree pages back from the file), next to its WAL journal."""
+    from harness.store.db import SQLITE_CACHE_KIB
+
+    store = open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    try:
+        with store.engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA cache_size").scalar() == -SQLITE_CACHE_KIB
+            assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+    finally:
+        store.close()
+    assert SQLITE_CACHE_KIB >= 32768
