@@ -7,9 +7,13 @@ Runs, one after the other in fresh processes on this machine (keep it otherwise 
    checkout), timed from the command to its exit, with pytest's per-test durations
    (JUnit XML) summed per suite folder, the collection alone (``--collect-only``), the
    interpreter's start with torch and the plugin imported, and the peak RSS;
-2. the op catalog (``suites/ops/test_catalog.py``) under cProfile: the share of the
-   self time spent in the harness's own Python (functions in harness/), with the top
-   functions.
+2. the run's end again, in this process on the run's own records: its results file
+   written (encoded, gzip) and the run stored in a fresh SQLite store (what the session
+   does before the verdict line; best of 3);
+3. the op catalog (``suites/ops/test_catalog.py``) under cProfile: the share of the
+   self time spent in the harness's own Python (functions in harness/), by area of the
+   harness and with the top functions, and the share were an area free (what the 10% of
+   docs/benchmarks.md needs).
 
 Usage: python scripts/default_run_speed.py [--skip-profile] [--json OUT]
 Prints a Markdown table. Takes about 2 to 4 minutes on 2 idle cores.
@@ -20,6 +24,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import math
 import os
 import pstats
 import resource
@@ -88,11 +93,52 @@ def default_run(tmp: Path) -> dict:
         results.load(files[-1])
         out["results_load_s"] = time.perf_counter() - start
         start = time.perf_counter()
+        out.update(_write_again(results.load(files[-1]), tmp))
         report = tmp / "report.md"
         subprocess.run([sys.executable, "-m", "harness", "report", str(files[-1]), "--md",
                         str(report)], cwd=ROOT, capture_output=True, text=True)
         out["harness_report_s"] = time.perf_counter() - start
     return out
+
+
+def _write_again(run, tmp: Path) -> dict:
+    """Seconds (best of 3) to write ``run``'s results file and to store it in a fresh
+    SQLite store, as the session does at the run's end (a first run: a new layout)."""
+    from harness import results
+    from harness.store import open_store
+
+    best = {"write_file_s": math.inf, "write_store_s": math.inf}
+    for k in range(3):
+        start = time.perf_counter()
+        encoded = results.encode(run)
+        path = results.write(run, tmp / f"again-{k}{results.RESULTS_SUFFIX}", encoded=encoded)
+        filed = time.perf_counter()
+        store = open_store(f"sqlite:///{tmp / f'again-{k}.db'}")
+        try:
+            opened = time.perf_counter()
+            store.put(run, run_id=f"again-{k}", source=str(path), encoded=encoded)
+            stored = time.perf_counter()
+        finally:
+            store.close()
+        best["write_file_s"] = min(best["write_file_s"], filed - start)
+        best["write_store_s"] = min(best["write_store_s"], stored - opened)
+    return best
+
+
+AREAS = (("judgement", ("harness/compare.py", "harness/ops/outcome.py",
+                        "harness/ops/policy.py:judge", "harness/ops/runner.py:_judge_all")),
+         ("executor", ("harness/ops/runner.py", "harness/ops/policy.py", "harness/fallback.py",
+                       "harness/device.py", "harness/faults/")),
+         ("inputs", ("harness/ops/",)),
+         ("results and store", ("harness/store/", "harness/results.py", "harness/session.py")),
+         ("the rest", ("harness/",)))
+"""Areas of the harness, by file (or ``file:function``), the first that matches."""
+
+
+def _area(where: str, name: str) -> str:
+    return next(area for area, prefixes in AREAS
+                if any(f"{where}:{name}" == p or (":" not in p and where.startswith(p))
+                       for p in prefixes))
 
 
 def profile_catalog(tmp: Path) -> dict:
@@ -105,13 +151,18 @@ def profile_catalog(tmp: Path) -> dict:
     harness = str(ROOT / "harness")
     total = own = 0.0
     rows = []
+    areas: collections.Counter = collections.Counter()
     for (path, line, name), (_, calls, tottime, _, _) in stats.stats.items():
         total += tottime
         if os.path.realpath(path).startswith(harness):
             own += tottime
-            rows.append((tottime, f"{os.path.relpath(path, ROOT)}:{line} {name}", calls))
+            where = os.path.relpath(os.path.realpath(path), ROOT)
+            areas[_area(where, name)] += tottime
+            rows.append((tottime, f"{where}:{line} {name}", calls))
     rows.sort(reverse=True)
     return {"self_s": total, "harness_self_s": own, "harness_share": own / total,
+            "areas": {area: {"s": s, "share_were_it_free": (own - s) / (total - s)}
+                      for area, s in areas.most_common()},
             "rc": proc.returncode, "top": [{"s": s, "where": w, "calls": c}
                                            for s, w, c in rows[:8]]}
 
@@ -142,12 +193,19 @@ def main() -> int:
     if "results_bytes" in run:
         print(f"| results file | {run['results_bytes'] / 2**20:.2f} MB |")
         print(f"| results.load of it | {run['results_load_s']:.2f} s |")
+        print(f"| the run's end again: results file written (best of 3) | "
+              f"{run['write_file_s']:.2f} s |")
+        print(f"| the run's end again: stored in a fresh SQLite store (best of 3) | "
+              f"{run['write_store_s']:.2f} s |")
         print(f"| `harness report` of it (process) | {run['harness_report_s']:.1f} s |")
     prof = figures.get("catalog_profile")
     if prof:
         print(f"| op catalog self time under cProfile | {prof['self_s']:.1f} s |")
         print(f"| of it in harness/ | {prof['harness_self_s']:.1f} s "
               f"({100 * prof['harness_share']:.1f}%) |")
+        for area, row in prof["areas"].items():
+            print(f"|   area: {area} | {row['s']:.2f} s (the share were it free: "
+                  f"{100 * row['share_were_it_free']:.1f}%) |")
         for row in prof["top"]:
             print(f"|   {row['where']} | {row['s']:.2f} s, {row['calls']} calls |")
     if args.json:
