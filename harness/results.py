@@ -586,12 +586,10 @@ def encode(results: RunResults, doc: Optional[dict] = None) -> Encoded:
                    [(json.dumps(rid), record(rec)) for rid, rec in doc["records"].items()])
 
 
-def dumps(results: RunResults, doc: Optional[dict] = None,
-          encoded: Optional[Encoded] = None) -> str:
+def dumps(results: RunResults, encoded: Optional[Encoded] = None) -> str:
     """JSON with one record per line: compact for 10,000 records, readable in a diff.
-    ``doc``: ``results.to_json()`` when the caller has it (read, not changed); ``encoded``:
-    its :func:`encode` (Note [A run encoded once])."""
-    encoded = encode(results, doc) if encoded is None else encoded
+    ``encoded``: its :func:`encode` when the caller has it (Note [A run encoded once])."""
+    encoded = encode(results) if encoded is None else encoded
     head = json.dumps(encoded.head, indent=1, allow_nan=False)[:-2]  # drop the closing "\n}"
     lines = [f" {rid}: {rec}" for rid, rec in encoded.records]
     body = ",\n".join(lines)
@@ -653,12 +651,12 @@ def prune(folder: Union[str, Path], keep: int) -> list[Path]:
     return removed
 
 
-def write(results: RunResults, path: Union[str, Path], doc: Optional[dict] = None,
+def write(results: RunResults, path: Union[str, Path],
           encoded: Optional[Encoded] = None) -> Path:
     """Write atomically: gzip-compressed where the name ends ``.gz`` (a run's file), plain
-    JSON otherwise (a baseline) (Note [Compressed run files]). ``doc``, ``encoded``: as
+    JSON otherwise (a baseline) (Note [Compressed run files]). ``encoded``: as
     :func:`dumps`."""
-    text = dumps(results, doc, encoded)
+    text = dumps(results, encoded)
     if str(path).endswith(".gz"):
         atomic_write_text(path, gzip.compress(text.encode("utf-8"), GZIP_LEVEL, mtime=0))
     else:

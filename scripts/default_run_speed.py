@@ -92,8 +92,8 @@ def default_run(tmp: Path) -> dict:
         start = time.perf_counter()
         results.load(files[-1])
         out["results_load_s"] = time.perf_counter() - start
-        start = time.perf_counter()
         out.update(_write_again(results.load(files[-1]), tmp))
+        start = time.perf_counter()
         report = tmp / "report.md"
         subprocess.run([sys.executable, "-m", "harness", "report", str(files[-1]), "--md",
                         str(report)], cwd=ROOT, capture_output=True, text=True)

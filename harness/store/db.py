@@ -233,12 +233,11 @@ class Store:
 
     def put(self, run, *, run_id: str, shard: str = "1/1", source: str = "",
             role: str = "run", durations: Optional[dict[str, float]] = None,
-            doc: Optional[dict] = None, encoded=None) -> tuple[int, bool]:
+            encoded=None) -> tuple[int, bool]:
         """Store one run (a :class:`harness.results.RunResults`) in one transaction (Note
-        [One write, one transaction]); ``(its pk, whether it was new)``. ``doc``:
-        ``run.to_json()`` when the caller has it (read, not changed); ``encoded``: its
-        :func:`harness.results.encode`, when the caller has that (Note [A run encoded
-        once] in harness/results.py)."""
+        [One write, one transaction]); ``(its pk, whether it was new)``. ``encoded``: its
+        :func:`harness.results.encode` when the caller has it (Note [A run encoded once]
+        in harness/results.py)."""
         from sqlalchemy import select
 
         from harness.results import encode
@@ -246,7 +245,7 @@ class Store:
 
         if role not in ROLES:
             raise ValueError(f"role {role!r}; expected one of {ROLES}")
-        encoded = encode(run, doc) if encoded is None else encoded
+        encoded = encode(run) if encoded is None else encoded
         head = json.dumps(encoded.head, separators=(",", ":"), allow_nan=False).encode()
         body = encoded.compact_records().encode()
         digest = hashlib.sha256(b"\0".join([head, body, run_id.encode(), shard.encode(),
