@@ -8,8 +8,8 @@ Runs, one after the other in fresh processes on this machine (keep it otherwise 
    (JUnit XML) summed per suite folder, the collection alone (``--collect-only``), the
    interpreter's start with torch and the plugin imported, and the peak RSS;
 2. the run's end again, in this process on the run's own records: its results file
-   written (encoded, gzip) and the run stored in a fresh SQLite store (what the session
-   does before the verdict line; best of 3);
+   written (encoded, gzip) and the run put into a fresh SQLite store, opened apart (what
+   the session does before the verdict line; best of 3);
 3. the op catalog (``suites/ops/test_catalog.py``) under cProfile: the share of the
    self time spent in the harness's own Python (functions in harness/), by area of the
    harness and with the top functions, and the share were an area free (what the 10% of
@@ -195,7 +195,8 @@ def main() -> int:
         print(f"| results.load of it | {run['results_load_s']:.2f} s |")
         print(f"| the run's end again: results file written (best of 3) | "
               f"{run['write_file_s']:.2f} s |")
-        print(f"| the run's end again: stored in a fresh SQLite store (best of 3) | "
+        print(f"| the run's end again: `Store.put` into a fresh SQLite store, opened apart "
+              f"(best of 3) | "
               f"{run['write_store_s']:.2f} s |")
         print(f"| `harness report` of it (process) | {run['harness_report_s']:.1f} s |")
     prof = figures.get("catalog_profile")
