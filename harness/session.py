@@ -381,10 +381,9 @@ def _write_results(state: RunState) -> None:
 # files later. The verdict is the stack's: a store that is down does not change it.
 
 
-def _write_store(state: RunState, path: Path,
-                 encoded: Optional[results_mod.Encoded] = None) -> bool:
+def _write_store(state: RunState, path: Path, encoded: results_mod.Encoded) -> bool:
     """Keep the run in the store; False (and a line saying how to import it later) when
-    the store cannot be written. ``encoded``: the run's JSON, when already encoded."""
+    the store cannot be written. ``encoded``: the run's JSON (Note [A run encoded once])."""
     from harness.store import StoreError, mask, open_store
 
     settings = state.settings

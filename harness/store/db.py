@@ -39,6 +39,7 @@ from harness.store import schema
 from harness.store.url import ENV, NewerStoreError, StoreError, check_url, driver_url, mask
 
 BUSY_SECONDS = 60.0
+SQLITE_CACHE_KIB = 65536  # per SQLite connection: Note [SQLite's page cache]
 ROLES = ("run", "baseline")
 
 
@@ -493,8 +494,6 @@ class Store:
 # default run's names, 0.95-1.6 s -> 0.7-0.8 s on an Intel Xeon (docs/benchmarks.md).
 # Inserting in id order as well saved no more than the sort cost. PostgreSQL keeps its own
 # buffers.
-
-SQLITE_CACHE_KIB = 65536
 
 
 def _insert_many(conn, statement, keys: tuple[str, ...], rows: list[tuple]) -> None:
