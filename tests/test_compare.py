@@ -6,6 +6,7 @@ import math
 import pytest
 import torch
 
+from harness import compare
 from harness.compare import DTYPE_LIMITS, STANDARDS, _errors, compare_outputs, ulp
 
 
@@ -427,11 +428,13 @@ def test_a_verdict_reads_the_cpus_own_error_from_the_same_pass():
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
 @pytest.mark.parametrize("specials", [False, True])
 def test_the_duts_own_run_as_its_low_is_measured_once_with_the_same_verdict(standard, dtype,
-                                                                           specials):
+                                                                           specials,
+                                                                           monkeypatch):
     """Note [A CPU DUT is its own low]: passed the DUT's tensor itself as the low-precision
-    reference, the verdict, message and rules are those of an equal copy, the metrics
-    equal to the summation order (one row instead of two), the CPU's own error is the
-    DUT's, and the sign test finds no element more or less biased than the CPU's."""
+    reference, the verdict, message and rules are those of an equal copy measured as a
+    second row (the shortcut for equal bits switched off), the metrics equal to the
+    summation order (one row instead of two), the CPU's own error is the DUT's, and the
+    sign test finds no element more or less biased than the CPU's."""
     gen = torch.Generator().manual_seed(7)
     ref = torch.randn(300, generator=gen, dtype=torch.float64) * 3
     if specials:
@@ -439,6 +442,7 @@ def test_the_duts_own_run_as_its_low_is_measured_once_with_the_same_verdict(stan
         ref[3:6] = 1e-7  # small values
     dut = (ref * 1.002).to(dtype)  # a biased 0.2% error: the sign test has something to see
     own = compare_outputs(dut, ref, dut, standard=standard)
+    monkeypatch.setattr(compare, "_same_bits", lambda a, b: False)
     copy = compare_outputs(dut, ref, dut.clone(), standard=standard)
     assert (own.passed, own.message, own.rules) == (copy.passed, copy.message, copy.rules)
     assert own.metrics.keys() == copy.metrics.keys()
@@ -449,3 +453,32 @@ def test_the_duts_own_run_as_its_low_is_measured_once_with_the_same_verdict(stan
     if dtype == torch.float16:
         assert own.metrics["sign_test_p"] == 1.0
         assert own.metrics["ref_below_share"] == own.metrics["below_share"] != 0.5
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_a_low_with_the_duts_bits_is_the_duts_and_one_bit_more_is_not(dtype):
+    """Note [A low equal to the DUT is the DUT]: a separate tensor with the DUT's bits
+    (the OpInfo sweep's CPU run) gives exactly the metrics of the DUT's own tensor, so
+    the same op has the same metrics in every pipeline on every CPU; a low one bit or one
+    NaN payload away is another run, measured on its own row."""
+    gen = torch.Generator().manual_seed(11)
+    ref = torch.randn(4099, generator=gen, dtype=torch.float64)
+    ref[7] = math.nan
+    dut = (ref * 1.001).to(dtype)
+    own = compare_outputs(dut, ref, dut, standard="relative")
+    copy = compare_outputs(dut, ref, dut.clone(), standard="relative")
+    assert (copy.passed, copy.message, copy.rules, copy.metrics) == (
+        own.passed, own.message, own.rules, own.metrics)
+    bits = {2: torch.int16, 4: torch.int32}[dut.element_size()]
+    one_ulp = dut.clone()
+    one_ulp.view(bits)[100] += 1
+    other = compare_outputs(dut, ref, one_ulp, standard="relative")
+    assert other.metrics["ref_max_rel_err"] != own.metrics["ref_max_rel_err"] or (
+        other.metrics["ref_rmse"] != own.metrics["ref_rmse"])
+    payload = dut.clone()
+    payload.view(bits)[7] ^= 1  # another NaN: equal as values, not as bits
+    assert math.isnan(payload[7])
+    assert not compare._same_bits(payload, dut)
+    assert compare._same_bits(dut.clone(), dut)
+    assert not compare._same_bits(torch.tensor([0.0]), torch.tensor([-0.0]))
+    assert not compare._same_bits(dut, dut.double())

@@ -182,7 +182,10 @@ def _grad_labels(sample: Sample) -> list[str]:
 # ``suites/ops``: statuses, messages and rules equal, metrics to 2e-14 relative, the
 # summation order of one row instead of two); ``tests/test_op_policy.py`` checks that no
 # third execution runs and that a fault still gets its own ``low`` and fails,
-# ``tests/test_compare.py`` that the verdict is that of an equal copy.
+# ``tests/test_compare.py`` that the verdict is that of an equal copy. A low handed in as
+# a separate tensor with the DUT's bits (the OpInfo sweep's) is measured once as well
+# (Note [A low equal to the DUT is the DUT] in :mod:`harness.compare`), so an op has the
+# same metrics in every pipeline.
 
 
 @dataclasses.dataclass
