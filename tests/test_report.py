@@ -325,6 +325,29 @@ def test_cli_report_on_two_stored_files(store, tmp_path, capsys):
     assert (tmp_path / "o.html").stat().st_size > 1000
 
 
+def test_cli_report_imports_no_torch_and_reads_the_standards_limits(store, tmp_path):
+    """``harness report`` reads records, not tensors: it builds without importing torch
+    (a second of every report), and the limits it quotes are the ``relative`` standard's
+    own (harness/standard_limits.py, one table for both)."""
+    import subprocess
+    import sys
+
+    from harness.compare import STANDARDS
+
+    assert model.standard_limits.RELATIVE == STANDARDS["relative"].limits
+    _, (old, new) = store
+    code = ("import sys\nfrom harness import cli\n"
+            f"code = cli.main(['report', {str(new)!r}, '--against', {str(old)!r}, '--md', "
+            f"{str(tmp_path / 'o.md')!r}])\n"
+            "print('torch imported:', 'torch' in sys.modules)\nsys.exit(code)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert done.stdout.startswith("VERDICT: NO-GO")
+    assert "torch imported: False" in done.stdout
+    assert "(limit 10x)" in (tmp_path / "o.md").read_text()
+
+
 def test_cli_report_picks_the_older_stack_in_the_store(store, tmp_path, capsys):
     root, _ = store
     (root / "cpu" / "x86-64-avx2" / "torch-2.4.0.json").unlink()  # only the older stack

@@ -48,7 +48,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from harness import ids
+from harness import ids, standard_limits
 from harness.recorder import reproduce_command
 from harness.regress import Finding, judge
 from harness.results import NON_FINITE, Record, Rule, RunResults
@@ -240,7 +240,7 @@ def _standard_text(rec: Record, metric: Optional[str]) -> str:
         return ""
     head, _, base = metric.rpartition(".")
     ratio = rec.metrics.get(f"{head + '.' if head else ''}{base}{STANDARD_SUFFIX}")
-    limit = _relative_limits().get(base)
+    limit = standard_limits.RELATIVE.get(base)
     value = number(ratio)
     if value is None or limit is None:
         return ""
@@ -251,7 +251,7 @@ def _standard_text(rec: Record, metric: Optional[str]) -> str:
 def _subject_standard(recs: list[Record]) -> str:
     """The metric of ``recs`` nearest its precision-standard limit, e.g.
     ``grad1.max_rel_err 1.2x the CPU reference's error (limit 10x): passes``."""
-    limits = _relative_limits()
+    limits = standard_limits.RELATIVE
     worst: Optional[tuple[float, str]] = None
     for rec in recs:
         for name, value in rec.metrics.items():
@@ -265,14 +265,6 @@ def _subject_standard(recs: list[Record]) -> str:
             if worst is None or ratio / limit > worst[0]:
                 worst = (ratio / limit, f"{metric} {_standard_text(rec, metric)}")
     return worst[1] if worst else ""
-
-
-def _relative_limits() -> dict:
-    try:
-        from harness.compare import STANDARDS
-    except Exception:  # noqa: BLE001 - the report must build where torch does not import
-        return {"max_rel_err": 10.0, "mean_rel_err": 2.0, "rmse": 2.0, "small_abs_err": 2.0}
-    return dict(STANDARDS["relative"].limits)
 
 
 # ---------------------------------------------------------------------- reproduce line
