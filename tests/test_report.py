@@ -97,6 +97,24 @@ def test_groups_are_ranked_capability_fails_beyond_rule_then_movers(fingerprint)
     assert rep.counts["ops"]["review"] == 9 and rep.counts["ops"]["regression"] == 1
 
 
+@pytest.mark.parametrize("factor,moved", [(1 + 1e-13, False), (1.004, False),
+                                            (1.006, True), (1.5, True)])
+def test_a_mover_is_worse_by_what_the_report_can_show_not_by_rounding(fingerprint, factor,
+                                                                       moved):
+    """model.MOVED: a metric within its rule worse by the rounding of a float64 sum (a
+    last bit) or by less than half a percent (shown as ``1x``) is not a mover; the run's
+    line then counts no subject moved."""
+    base, run = _runs(fingerprint)
+    sinh = "ops/sinh/float32/fwd/typical"
+    for name, value in base.records[sinh].metrics.items():
+        run.records[sinh].metrics[name] = value * factor  # every metric: ratios too
+    rep = report.build(run, base, baseline_name="torch-2.3.0")
+    assert [s.id for s in rep.movers.get("ops", [])] == (
+        ["ops/sinh/float32/typical"] if moved else [])
+    assert render._summary(rep).endswith(
+        f"; {int(moved)} subject(s) moved within their rules.")
+
+
 def test_a_slower_benchmark_fails_its_standard_and_a_broken_one_lost_capability(fingerprint):
     old = {"info": {"runs": [{"value": 1.0}]}, "test": "suites/bench/t.py::test_b"}
     base = RunResults(fingerprint, {rid: Record(rid, suite="bench", **old) for rid in
