@@ -222,10 +222,10 @@ def ulp(reference: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 # DUT is its own low] in harness/ops/runner.py): its errors are the DUT's, measured in one
 # row. Measured as a second row of the same statistics, the float64 dot product behind
 # the cosine is BLAS's gemv over two rows instead of one, whose summation order differs
-# on some CPUs (AMD Zen 5 with AVX-512: the cosine of an exp in float16 came out
-# 0.999999997350635 in one row, ...6346 in two), so the same op had other metrics in the
-# catalog than in the sweep. Equal bits, NaN payloads included, are the test: equal
-# values with another NaN or signed zero are not the same output.
+# on some CPUs (AMD Zen 5 with AVX-512: the CPU's own cosine of an exp in float16 came
+# out 0.9999999973506346 in one row, 0.999999997350635 in two), so the same op had other
+# metrics in the catalog than in the sweep. Equal bits, NaN payloads included, are the
+# test: equal values with another NaN or signed zero are not the same output.
 
 _SAME_SIZE_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 

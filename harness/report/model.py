@@ -383,7 +383,7 @@ def _subject(sid: str, recs: list[Record], baseline: Optional[RunResults],
             if judge(old, new, rule) is not None:
                 continue  # judged beyond the rule elsewhere (or an improvement)
             ratio = worse_ratio(old, new, rule)
-            if ratio is not None and MOVED <= ratio and not math.isinf(ratio):
+            if ratio is not None and ratio >= MOVED and not math.isinf(ratio):
                 movers.append(Change(rec.id, metric, old, new, rule, None, ratio,
                                      _standard_text(rec, metric)))
     status = ids.worst(r.status for r in recs)
