@@ -293,3 +293,30 @@ def test_a_fault_gives_the_cpu_dut_a_low_of_its_own(cpu):
     assert done.low is not done.dut
     assert calls.count(("cpu", torch.float32, False, False)) == 2  # the DUT, then low
     assert {o.status for o in run_case(cpu, entry, "float32", entry.samples[0])} == {"fail"}
+
+
+def test_a_bare_cpu_runs_without_the_fallback_capture_and_a_fault_brings_it_back(
+        cpu, monkeypatch):
+    """Note [The host CPU does not fall back to itself]: no capture where nothing can fall
+    back (the records are the same: the capture would stay empty); with a fault active
+    the capture listens again, so a fault that fakes a fallback is still seen."""
+    from harness import fallback
+    from harness.faults.catalog.opinfo import SORT_FALLBACK
+
+    opened = []
+    real = fallback.capture
+
+    def counting(*args, **kwargs):
+        opened.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fallback, "capture", counting)
+    entry = BY_NAME["sort"]
+    plain = run_case(cpu, entry, "float32", entry.samples[0])
+    assert policy.bare_cpu(cpu) and not opened
+    assert plain and {o.status for o in plain} == {"pass"} and plain[0].fallback == []
+    monkeypatch.setattr(faults, "_active", [SORT_FALLBACK])
+    assert not policy.bare_cpu(cpu)
+    faked = run_case(cpu, entry, "float32", entry.samples[0])
+    assert len(opened) == 2  # measured and noted, each with its capture
+    assert {o.status for o in faked} == {"fallback"}

@@ -54,12 +54,12 @@ from typing import Callable, Iterator, Optional, TypeVar
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from harness import dtypes, fallback
+from harness import dtypes, fallback, faults
 from harness.classify import UNSUPPORTED_PATTERNS, classify_exception
 from harness.compare import check_table, standard_by_name
 
 __all__ = ["OP_STANDARDS", "GRAD_STANDARDS", "UNSUPPORTED_PATTERNS", "DEFAULT_STANDARD",
-           "Watch", "classify_exception", "judge", "noting", "op_names", "run_dut", "standard_for",
+           "Watch", "bare_cpu", "classify_exception", "judge", "noting", "op_names", "run_dut", "standard_for",
            "watch"]
 
 T = TypeVar("T")
@@ -323,17 +323,41 @@ class _AtenOps(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+# Note [The host CPU does not fall back to itself]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# A CPU fallback is a device's op run on the host CPU; where the DUT *is* the host CPU
+# there is nothing to fall back from, and nothing a CPU kernel prints says it did. Only a
+# fault can (``ops.opinfo_sort_cpu_fallback`` emits torch_npu's warning). So a CPU DUT
+# with no fault active (:func:`bare_cpu`) runs without the fallback capture's listeners
+# (a warnings filter, a logging handler and its bookkeeping: ~14,000 blocks a default run,
+# ~7% of the harness's Python in the op catalog), and its Watch's capture stays empty, as
+# the capture would leave it. With a fault active, and on every other device (SimNPU
+# included), the capture listens as before; ``tests/test_op_policy.py`` checks both.
+
+
+def bare_cpu(device) -> bool:
+    """Whether ``device`` is the host CPU with no fault active: nothing enters its
+    ``scope()`` (:func:`harness.faults.activated`) and nothing it runs can fall back to
+    the CPU (Note [The host CPU does not fall back to itself])."""
+    return device.type == "cpu" and not faults.active()
+
+
 @contextlib.contextmanager
 def watch(device, *, into: Optional[Watch] = None) -> Iterator[Watch]:
     """Run a block as the measured DUT: inside ``device.scope()``, with the CPU-fallback
-    capture's listeners and no dispatch mode of the harness (Note [Measured without the
-    harness]); synchronises the device before leaving. The aten ops are noted by
-    :func:`noting`, in a second execution.
+    capture's listeners (none on a :func:`bare_cpu`) and no dispatch mode of the harness
+    (Note [Measured without the harness]); synchronises the device before leaving. The
+    aten ops are noted by :func:`noting`, in a second execution.
 
     Yields a :class:`Watch` (``into``, or a new one), complete when the block exits (also
     when it raises).
     """
     seen = into if into is not None else Watch()
+    if bare_cpu(device):
+        with device.scope():
+            yield seen
+            device.synchronize()
+        return
     with device.scope(), fallback.capture(device.type, trace_known=False) as found:
         seen.fallback = found
         yield seen
@@ -354,7 +378,9 @@ class noting:
     def __enter__(self) -> Watch:
         with self.stack as stack:
             stack.enter_context(self.device.scope())
-            self.found = stack.enter_context(fallback.capture(self.device.type, stderr=False))
+            if not bare_cpu(self.device):  # Note [The host CPU does not fall back to itself]
+                self.found = stack.enter_context(fallback.capture(self.device.type,
+                                                                  stderr=False))
             stack.enter_context(_AtenOps(self.seen))
             self.stack = stack.pop_all()
         return self.seen

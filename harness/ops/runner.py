@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping, Optional
 
 import torch
 
-from harness import dtypes, faults, ids
+from harness import dtypes, ids
 from harness.compare import Verdict
 from harness.ops import policy
 from harness.ops.outcome import OpOutcome
@@ -231,7 +231,7 @@ def _short(exc: BaseException, limit: int = 300) -> str:
 def cpu_is_its_own_low(device) -> bool:
     """Whether the DUT's measured run serves as the CPU's run in its dtype (Note [A CPU
     DUT is its own low]): a CPU DUT with no fault active."""
-    return device.type == "cpu" and not faults.active()
+    return policy.bare_cpu(device)
 
 
 def execute(device, run: Run, dtype: Optional[torch.dtype], up: Optional[torch.dtype], *,
