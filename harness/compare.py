@@ -659,9 +659,13 @@ class Relative(Standard):
         max_rel_allowed = std["max_rel_err"] * max(ref_m["max_rel_err"], eps)
         small_allowed = std["small_abs_err"] * max(ref_m["small_abs_err"], limits.small_value_atol)
         allowance = torch.where(out.small, small_allowed, torch.mul(out.mag, max_rel_allowed))
-        described = ("DUT error / CPU reference error (same dtype): "
-                     + ", ".join(f"{k} <= {v:g}x" for k, v in std.items()))
-        return Judgement(allowance, described, failures, mismatches_fail=False)
+        return Judgement(allowance, self.described, failures, mismatches_fail=False)
+
+    @functools.cached_property
+    def described(self) -> str:
+        """The rule in words (the same for every output: written once)."""
+        return ("DUT error / CPU reference error (same dtype): "
+                + ", ".join(f"{k} <= {v:g}x" for k, v in self.limits.items()))
 
 
 @dataclasses.dataclass(frozen=True)
