@@ -228,3 +228,27 @@ def test_distinct_rows_get_an_expanded_sample_only_where_a_repeat_keeps_them_dis
         assert sample.args[0].domain == "distinct"
     assert BY_NAME["argmax"].samples[0].kwargs == {"dim": 1}
     assert not expanded("msort") and not expanded("clamp_tie")
+
+
+def test_a_sample_past_two_to_the_30_makes_no_whole_input_cast():
+    """Note [Size boundaries]: a sample past 2^30 elements is run by the DUT twice and by
+    the CPU reference once, so an accumulation dtype wider than the input's (torch's CPU
+    reduction casts the whole input to it first: 17 GiB for 2^31 uint8 into int64) must
+    not be asked for; the same sample on 7 elements shows which dtype the op computes in."""
+    import dataclasses
+
+    from harness.ops.spec import materialize
+
+    huge = [(entry, sample) for entry in CATALOG for sample in entry.samples
+            if any(isinstance(a, T) and numel(Sample("x", (a,))) > 1 << 30
+                   for a in sample.args)]
+    assert huge, "the size sweep's 2^31 + 1 sample is in the catalog"
+    for entry, sample in huge:
+        small = dataclasses.replace(sample, args=tuple(
+            dataclasses.replace(a, shape=(7,)) if isinstance(a, T) else a for a in sample.args))
+        for dtype in sample.dtypes or entry.dtypes:
+            values = materialize(small, dtype, torch.Generator().manual_seed(0))
+            out = entry.fn(*values, **small.kwargs)
+            assert out.dtype == DTYPES[dtype], (
+                f"{entry.name} {sample.name} in {dtype} computes in {out.dtype}: each run "
+                f"would first cast all of its input to {out.dtype}")

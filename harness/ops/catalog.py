@@ -1383,7 +1383,13 @@ def _relaid_domain(sample: Sample, name: str, dtypes) -> Sample:
 # kernel wrong only past a block shows on the op; a 2^20-element fp32 tensor is 4 MB, and
 # the whole sweep of a row costs tens of milliseconds. The reduction is over the whole
 # tensor (or the one dim), the way a loss or a norm calls it. 2^31 + 1 elements (past
-# int32 indexing) run behind --run-slow (``sum`` over uint8, 2 GiB).
+# int32 indexing) run behind --run-slow: ``sum`` of uint8 into uint8 (``dtype=``, wrapping
+# as torch documents; an element dropped or counted twice past 2^31 still shows, each
+# is 1 to 8), 2 GiB a copy. Not into the default int64: torch's CPU reduction casts the
+# whole input to its accumulation dtype first, 17 GiB for each of the DUT's two runs and
+# the reference's, which ended a `--run-slow` run on a 24 GiB machine in the kernel's
+# out-of-memory kill (``tests/test_ops_catalog.py`` holds every sample past 2^30 elements
+# to a result in its input's dtype).
 SIZE_BOUNDARIES = (15, 17, 31, 33) + tuple(n for k in range(10, 21) for n in
                                            ((1 << k) - 1, (1 << k) + 1))
 
@@ -1424,9 +1430,8 @@ SIZE_SAMPLES: dict[str, tuple[Sample, ...]] = {  # forward only where the output
 """Row -> its boundary samples (Note [Size boundaries])."""
 
 SLOW_SIZE_SAMPLES: dict[str, tuple[Sample, ...]] = {
-    "sum": (Sample(f"n{(1 << 31) + 1}", (T(((1 << 31) + 1,), "positive", grad=False),), {},
-                   slow=True,
-                   dtypes=("uint8",)),),
+    "sum": (Sample(f"n{(1 << 31) + 1}", (T(((1 << 31) + 1,), "positive", grad=False),),
+                   {"dtype": torch.uint8}, slow=True, dtypes=("uint8",)),),
 }
 
 
