@@ -56,7 +56,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from harness import dtypes, fallback, faults
 from harness.classify import UNSUPPORTED_PATTERNS, classify_exception
-from harness.compare import check_table, standard_by_name
+from harness.compare import check_table, compare_outputs, standard_by_name
 
 __all__ = ["OP_STANDARDS", "GRAD_STANDARDS", "UNSUPPORTED_PATTERNS", "DEFAULT_STANDARD",
            "Watch", "bare_cpu", "classify_exception", "judge", "noting", "op_names", "run_dut", "standard_for",
@@ -256,8 +256,6 @@ def judge(dut: torch.Tensor, reference: torch.Tensor, lowp: Optional[torch.Tenso
     is compared with the reference rounded to the DUT's dtype: exact means "the correctly
     rounded result", which an fp32 ``masked_fill(0.3)`` is although fp64 holds 0.3.
     """
-    from harness.compare import compare_outputs
-
     if not (dut.is_floating_point() and dut.dtype in FLOAT_DTYPES
             and reference.is_floating_point()):
         standard = "exact"
