@@ -214,3 +214,31 @@ def test_an_integer_result_of_another_width_fails_exact():
     verdict = compare.compare_outputs(ref.to(torch.int32), ref, standard="exact")
     assert not verdict.passed and "dtype" in verdict.message
     assert compare.compare_outputs(ref.clone(), ref, standard="exact").passed
+
+
+def test_an_exact_gradient_only_moves_cotangent_values():
+    """A gradient judged ``exact`` must be a copy: each element one of the cotangent's, or
+    zero. A gradient that sums (``expand``'s, over the expanded dims) is rounded once per
+    addition on the DUT and once in the reference, so a correct kernel is not bit-equal
+    (the OpInfo sweep failed the CPU's fp16, bf16 and fp32 ``expand`` backward): not
+    exact. Checked on every catalog row with an exact gradient, and on ``expand``."""
+    from harness.ops import CATALOG
+    from harness.ops.runner import _execute, _grad_labels
+    from harness.ops.spec import materialize
+
+    rows = [e for e in CATALOG if e.backward and e.gradient_standard == "exact"]
+    assert rows
+    for entry in rows:
+        sample = next(s for s in entry.samples if not s.slow and _grad_labels(s))
+        gen = torch.Generator().manual_seed(0)
+        values = materialize(sample, "float32", gen)
+        _, grads, cotangents = _execute(entry, values, sample, torch.device("cpu"),
+                                        torch.float32, True, None, gen)
+        allowed = torch.cat([torch.zeros(1), *[c.reshape(-1) for c in cotangents]])
+        for grad in grads:
+            if grad is not None:
+                assert bool(torch.isin(grad.reshape(-1), allowed).all()), entry.name
+    assert policy.standard_for("expand", "float16", "bwd") != "exact"
+    x = torch.ones(1, 3, requires_grad=True)
+    (grad,) = torch.autograd.grad(x.expand(4, 3), x, torch.arange(12.0).reshape(4, 3))
+    assert not bool(torch.isin(grad, torch.arange(12.0)).all())  # sums, not copies

@@ -152,8 +152,10 @@ GRAD_STANDARDS: dict[str, str] = {
         "squeeze_unsqueeze", "tril", "triu", "diagonal", "clone", "pad_constant",
         "pixel_shuffle", "pixel_unshuffle", "clamp_tie", "clamp_min_tie", "clamp_max_tie",
         "hardtanh_tie", "relu6_tie", "relu_tie",
-        # aten-level views a captured model dispatches: the gradient is viewed back
-        "view", "_unsafe_view", "_reshape_alias", "t", "expand", "detach", "alias", "select",
+        # aten-level views a captured model dispatches: the gradient is viewed back (not
+        # ``expand``'s: it is summed over the expanded dims, rounded once per addition, so
+        # it is ``relative``; judged exact, the OpInfo sweep failed CPU's correct kernel)
+        "view", "_unsafe_view", "_reshape_alias", "t", "detach", "alias", "select",
         "slice", "split_with_sizes", "squeeze", "unsqueeze", "contiguous", "as_strided",
         "constant_pad_nd")},
     # a cast's gradient is cast back to the input's dtype: rounded on the DUT (fp16), not
