@@ -342,6 +342,15 @@ def bare_cpu(device) -> bool:
     return device.type == "cpu" and not faults.active()
 
 
+def _capture(device, **options):
+    """:func:`harness.fallback.capture` for ``device`` (``options`` its own), or on a
+    :func:`bare_cpu` an empty Capture with no listener (Note [The host CPU does not fall
+    back to itself])."""
+    if bare_cpu(device):
+        return contextlib.nullcontext(fallback.Capture(device_type=device.type))
+    return fallback.capture(device.type, **options)
+
+
 @contextlib.contextmanager
 def watch(device, *, into: Optional[Watch] = None) -> Iterator[Watch]:
     """Run a block as the measured DUT: inside ``device.scope()``, with the CPU-fallback
@@ -353,12 +362,7 @@ def watch(device, *, into: Optional[Watch] = None) -> Iterator[Watch]:
     when it raises).
     """
     seen = into if into is not None else Watch()
-    if bare_cpu(device):
-        with device.scope():
-            yield seen
-            device.synchronize()
-        return
-    with device.scope(), fallback.capture(device.type, trace_known=False) as found:
+    with device.scope(), _capture(device, trace_known=False) as found:
         seen.fallback = found
         yield seen
         device.synchronize()
@@ -378,9 +382,7 @@ class noting:
     def __enter__(self) -> Watch:
         with self.stack as stack:
             stack.enter_context(self.device.scope())
-            if not bare_cpu(self.device):  # Note [The host CPU does not fall back to itself]
-                self.found = stack.enter_context(fallback.capture(self.device.type,
-                                                                  stderr=False))
+            self.found = stack.enter_context(_capture(self.device, stderr=False))
             stack.enter_context(_AtenOps(self.seen))
             self.stack = stack.pop_all()
         return self.seen
