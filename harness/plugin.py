@@ -20,11 +20,19 @@ from typing import Optional
 
 import pytest
 
-from harness import checkrun, guards, hypothesis_profiles, known_failures, layout, options, stopping
-from harness import session as harness_session
-from harness.device import Device, xdist_worker_index
-from harness.recorder import Recorder, seed_for, suite_area
-from harness.session import RunState, Settings
+_GC_ON = gc.isenabled()
+gc.disable()  # Note [Collected objects frozen]: torch's import walked by no collection
+try:
+    from harness import (checkrun, guards, hypothesis_profiles, known_failures, layout,
+                         options, stopping)
+    from harness import session as harness_session
+    from harness.device import Device, xdist_worker_index
+    from harness.recorder import Recorder, seed_for, suite_area
+    from harness.session import RunState, Settings
+finally:
+    if _GC_ON:
+        gc.freeze()
+        gc.enable()
 
 PROPERTY = "harness"
 SUITE_PROPERTY = "harness-suite"
@@ -41,6 +49,7 @@ STATE = pytest.StashKey[RunState]()
 RECORDER = pytest.StashKey[Recorder]()
 SEED = pytest.StashKey[int]()
 SIGTERM_HANDLER = pytest.StashKey[bool]()
+GC_PAUSED = pytest.StashKey[bool]()
 
 hypothesis_profiles.register()  # at import: hypothesis' plugin loads its option early
 
@@ -239,24 +248,62 @@ def _refuse_installed_suites_elsewhere(config: pytest.Config, items: list[pytest
 # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 # After collection the process holds about 600,000 objects that live until it exits:
 # torch's modules, the OpInfo database, the catalog, pytest's items. Every full collection
-# of Python's cyclic garbage collector walked all of them again: in the op catalog alone
-# (Intel Xeon, 2 cores) 15 full collections took 1.45 s of its 17 s, charged by a profiler
-# to whatever harness function happened to allocate then. ``gc.freeze()`` once collection
-# is done moves them to the permanent generation: the collector walks only what the
-# checks create. Nothing a check measures changes but the pauses the harness's own
-# objects added to it (a memory check's ``gc.collect()`` still frees every cycle its steps
-# made). They stay frozen until the process exits (pytest's own two full collections at
-# its exit then walk only what the run made). The run's end (its verdict, results file
-# and store write: hundreds of thousands of short-lived containers, no cycles) runs with
-# the collector paused, so it does not walk every record of the run again and again.
-# With both, the op catalog's full collections went from 15 (1.45 s) to 18 shorter ones
-# (1.18 s, most of it at start-up, before the freeze) and the catalog from 16.95 s to
-# 15.42 s.
+# of Python's cyclic garbage collector walks all of them again, and a profiler charges it to
+# whatever function happened to allocate then (the harness's, mostly). So:
+#
+# * the plugin's imports (torch among them) run with the collector paused, and what they
+#   made is frozen (moved to the permanent generation) when they are done;
+# * collection runs with the collector paused too (a harness session only); when it is
+#   done, one full collection frees its garbage and ``gc.freeze()`` moves the rest to the
+#   permanent generation: the collector walks only what the checks create;
+# * a check may unfreeze (``harness.memory.young_gc`` freezes what is older than its
+#   block and unfreezes everything on leaving it): after its teardown, when its objects
+#   are gone, the rest is collected and frozen again, so the checks after it do not walk
+#   torch's objects again (a default run's memory suite did that on every later full
+#   collection: 0.5-1.2 s each on an AMD EPYC);
+# * the run's end (its verdict, results file and store write: hundreds of thousands of
+#   short-lived containers, no cycles) runs with the collector paused.
+#
+# Nothing a check measures changes but the pauses the harness's own objects added to it (a
+# memory check's ``gc.collect()`` still frees every cycle its steps made; a frozen object is
+# still freed when its last reference goes). They stay frozen until the process exits
+# (pytest's own collection at its exit then walks only what the run made). In a default
+# run on an AMD EPYC (family 26, model 2) the full collections went from 15 in import and
+# collection (2.9 s) and 3 slow ones after the memory suite (2.5 s) to 8 (0.8 s) and 3
+# short ones (0.5 s).
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection(session: pytest.Session) -> None:
+    if session.config.stash.get(STATE, None) is not None and gc.isenabled():
+        gc.disable()  # Note [Collected objects frozen]
+        session.config.stash[GC_PAUSED] = True
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     if session.config.stash.get(STATE, None) is not None:
-        gc.freeze()  # Note [Collected objects frozen]
+        _collect_and_freeze()
+        if session.config.stash.get(GC_PAUSED, False):
+            session.config.stash[GC_PAUSED] = False
+            gc.enable()
+
+
+def _collect_and_freeze() -> None:
+    """Free what is garbage now, then freeze the rest (Note [Collected objects frozen])."""
+    gc.collect()
+    gc.freeze()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: Optional[pytest.Item]):
+    try:
+        return (yield)
+    finally:
+        # a check that unfroze (harness.memory.young_gc) handed every object back to the
+        # collector: its test's objects are gone now, so freeze what lives again
+        if (item.config.stash.get(STATE, None) is not None and gc.isenabled()
+                and not gc.get_freeze_count()):
+            _collect_and_freeze()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
