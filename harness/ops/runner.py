@@ -54,29 +54,33 @@ def _prepare(values: list, specs: tuple, device: torch.device, float_dtype: Opti
              want_grad: bool) -> tuple[list, list[torch.Tensor]]:
     """Copy materialized values to ``device`` (floats to ``float_dtype``), mark grad leaves."""
     leaves: list[torch.Tensor] = []
+    args = [_place(value, spec, device, float_dtype, want_grad, leaves)
+            for value, spec in zip(values, specs)]
+    return args, leaves
 
-    def one(value: torch.Tensor, spec: Any) -> torch.Tensor:
-        cast = float_dtype if (isinstance(spec, T) and spec.dtype is None
-                               and value.is_floating_point() and float_dtype is not None) else None
+
+def _place(value: Any, spec: Any, device: torch.device, float_dtype: Optional[torch.dtype],
+           want_grad: bool, leaves: list[torch.Tensor]) -> Any:
+    """One argument of :func:`_prepare` (lists and tuples element-wise): a tensor copied to
+    ``device``, a float one of a :class:`T` in ``float_dtype``; its grad leaf appended to
+    ``leaves``; anything else as it is."""
+    if isinstance(value, torch.Tensor):
+        is_t = isinstance(spec, T)
+        floating = value.is_floating_point()
+        cast = float_dtype if (is_t and spec.dtype is None and floating) else None
         tensor = value.to(device=device, dtype=cast or value.dtype, copy=True)
-        leaf = want_grad and isinstance(spec, T) and spec.grad and tensor.is_floating_point()
-        if isinstance(spec, T) and spec.layout:  # Note [Argument layouts]
+        leaf = want_grad and is_t and spec.grad and floating
+        if is_t and spec.layout:  # Note [Argument layouts]
             tensor, base = lay_out(tensor, spec, leaf)
         else:
             base = tensor.requires_grad_(True) if leaf else tensor
         if leaf:
             leaves.append(base)
         return tensor
-
-    def walk(value: Any, spec: Any) -> Any:
-        if isinstance(value, torch.Tensor):
-            return one(value, spec)
-        if isinstance(value, (list, tuple)):
-            return type(value)(walk(v, s) for v, s in zip(value, spec))
-        return value
-
-    args = [walk(value, spec) for value, spec in zip(values, specs)]
-    return args, leaves
+    if isinstance(value, (list, tuple)):
+        return type(value)([_place(v, s, device, float_dtype, want_grad, leaves)
+                            for v, s in zip(value, spec)])
+    return value
 
 
 def _differentiable(outs: list[tuple[str, Optional[torch.Tensor]]]) -> list[torch.Tensor]:

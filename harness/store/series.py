@@ -39,10 +39,11 @@ def series_of(records: dict) -> list[tuple[str, str, float, Optional[float]]]:
             continue
         if rec.status not in HISTORY_STATUSES:
             continue
-        for name, value in rec.metrics.items():
-            kind = type(value)  # int or float, never bool; finite: x - x is 0 (NaN for inf)
-            if (kind is float and value - value == 0.0) or kind is int or (
-                    kind is not bool and isinstance(value, (int, float))
-                    and math.isfinite(value)):
-                out.append((METRIC, f"{record_id}:{name}", float(value), None))
+        # int or float, never bool; finite: x - x is 0 (NaN for inf); one comprehension
+        # per record (a run has ~250,000 metrics)
+        out += [(METRIC, f"{record_id}:{name}", float(value), None)
+                for name, value in rec.metrics.items()
+                if (type(value) is float and value - value == 0.0) or type(value) is int or (
+                    type(value) is not bool and isinstance(value, (int, float))
+                    and math.isfinite(value))]
     return out
