@@ -23,8 +23,15 @@ import pytest
 _GC_ON = gc.isenabled()
 gc.disable()  # Note [Collected objects frozen]: torch's import walked by no collection
 try:
-    from harness import (checkrun, guards, hypothesis_profiles, known_failures, layout,
-                         options, stopping)
+    from harness import (
+        checkrun,
+        guards,
+        hypothesis_profiles,
+        known_failures,
+        layout,
+        options,
+        stopping,
+    )
     from harness import session as harness_session
     from harness.device import Device, xdist_worker_index
     from harness.recorder import Recorder, seed_for, suite_area
