@@ -34,6 +34,7 @@ try:
     )
     from harness import session as harness_session
     from harness.device import Device, xdist_worker_index
+    from harness.memory import collect as memory_collect
     from harness.recorder import Recorder, seed_for, suite_area
     from harness.session import RunState, Settings
 finally:
@@ -308,8 +309,8 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: Optional[pytest.Item]):
     finally:
         # a check that unfroze (harness.memory.young_gc) handed every object back to the
         # collector: its test's objects are gone now, so freeze what lives again
-        if (item.config.stash.get(STATE, None) is not None and gc.isenabled()
-                and not gc.get_freeze_count()):
+        if (memory_collect.take_thawed() and gc.isenabled()
+                and item.config.stash.get(STATE, None) is not None):
             _collect_and_freeze()
 
 
