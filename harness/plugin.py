@@ -34,7 +34,6 @@ try:
     )
     from harness import session as harness_session
     from harness.device import Device, xdist_worker_index
-    from harness.memory import collect as memory_collect
     from harness.recorder import Recorder, seed_for, suite_area
     from harness.session import RunState, Settings
 finally:
@@ -264,21 +263,20 @@ def _refuse_installed_suites_elsewhere(config: pytest.Config, items: list[pytest
 # * collection runs with the collector paused too (a harness session only); when it is
 #   done, one full collection frees its garbage and ``gc.freeze()`` moves the rest to the
 #   permanent generation: the collector walks only what the checks create;
-# * a check may unfreeze (``harness.memory.young_gc`` freezes what is older than its
-#   block and unfreezes everything on leaving it): after its teardown, when its objects
-#   are gone, the rest is collected and frozen again, so the checks after it do not walk
-#   torch's objects again (a default run's memory suite did that on every later full
-#   collection: 0.5-1.2 s each on an AMD EPYC);
 # * the run's end (its verdict, results file and store write: hundreds of thousands of
 #   short-lived containers, no cycles) runs with the collector paused.
 #
 # Nothing a check measures changes but the pauses the harness's own objects added to it (a
 # memory check's ``gc.collect()`` still frees every cycle its steps made; a frozen object is
 # still freed when its last reference goes). They stay frozen until the process exits
-# (pytest's own collection at its exit then walks only what the run made). In a default
-# run on an AMD EPYC (family 26, model 2) the full collections went from 15 in import and
-# collection (2.9 s) and 3 slow ones after the memory suite (2.5 s) to 8 (0.8 s) and 3
-# short ones (0.5 s).
+# (pytest's own collection at its exit then walks only what the run made), or until a
+# check unfreezes: ``harness.memory.young_gc`` unfreezes every object when its block ends,
+# and the full collections after it walk torch's objects again (0.4-0.9 s each). Freezing
+# them again after such a check costs the same walk (tried: a default run's GC time did not
+# fall), and freezing what is alive at its end would keep the cycles of its model from
+# ever being collected; so it is left as it is.
+# In a default run on an AMD EPYC (family 26, model 2) the full collections of import and
+# collection went from 14 (2.4 s) to 8 (0.7 s).
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -300,18 +298,6 @@ def _collect_and_freeze() -> None:
     """Free what is garbage now, then freeze the rest (Note [Collected objects frozen])."""
     gc.collect()
     gc.freeze()
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_teardown(item: pytest.Item, nextitem: Optional[pytest.Item]):
-    try:
-        return (yield)
-    finally:
-        # a check that unfroze (harness.memory.young_gc) handed every object back to the
-        # collector: its test's objects are gone now, so freeze what lives again
-        if (memory_collect.take_thawed() and gc.isenabled()
-                and item.config.stash.get(STATE, None) is not None):
-            _collect_and_freeze()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -21,24 +21,9 @@ def young_gc() -> Iterator[None]:
     second each); garbage a training step leaves is always younger than the block, so
     ``gc.freeze()`` on entry (``gc.unfreeze()`` on exit) keeps each collection to it.
     """
-    global _thawed
     gc.collect()
     gc.freeze()
     try:
         yield
     finally:
         gc.unfreeze()
-        _thawed = True
-
-
-_thawed = False
-
-
-def take_thawed() -> bool:
-    """Whether a :func:`young_gc` block has unfrozen every object since the last call
-    (``gc.get_freeze_count()`` would say so too, but it counts the frozen objects one by
-    one: 30 ms after collection); the pytest plugin freezes them again (Note [Collected
-    objects frozen] in harness/plugin.py)."""
-    global _thawed
-    thawed, _thawed = _thawed, False
-    return thawed
