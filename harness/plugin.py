@@ -10,13 +10,14 @@ to those modules, keeps the run state in ``config.stash`` and applies what comes
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import inspect
 import os
 import random
 import shlex
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 import pytest
 
@@ -263,8 +264,9 @@ def _refuse_installed_suites_elsewhere(config: pytest.Config, items: list[pytest
 # * collection runs with the collector paused too (a harness session only); when it is
 #   done, one full collection frees its garbage and ``gc.freeze()`` moves the rest to the
 #   permanent generation: the collector walks only what the checks create;
-# * the run's end (its verdict, results file and store write: hundreds of thousands of
-#   short-lived containers, no cycles) runs with the collector paused.
+# * the run's end (its verdict, results file and store write, and the terminal summary's
+#   report: hundreds of thousands of short-lived containers, no cycles) runs with the
+#   collector paused.
 #
 # Nothing a check measures changes but the pauses the harness's own objects added to it (a
 # memory check's ``gc.collect()`` still frees every cycle its steps made; a frozen object is
@@ -429,13 +431,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if state is None or not state.controller:
         return
     complete = exitstatus not in (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.INTERNAL_ERROR)
-    collecting = gc.isenabled()
-    gc.disable()  # Note [Collected objects frozen]
-    try:
+    with _collector_paused():  # Note [Collected objects frozen]
         verdict = harness_session.conclude(state, complete)
-    finally:
-        if collecting:
-            gc.enable()
     if verdict.exit_failed(state.settings.fail_on) and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -449,5 +446,19 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     terminalreporter.section("harness")
     if stopping.received():  # Note [SIGTERM is an interrupt]
         terminalreporter.write_line(stopping.MESSAGE, yellow=True, bold=True)
-    for text, markup in harness_session.summary_lines(state):
+    with _collector_paused():  # Note [Collected objects frozen]
+        lines = harness_session.summary_lines(state)
+    for text, markup in lines:
         terminalreporter.write_line(text, **markup)
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector off inside (as it was after)."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
