@@ -290,16 +290,11 @@ def pytest_collection(session: pytest.Session) -> None:
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     if session.config.stash.get(STATE, None) is not None:
-        _collect_and_freeze()
+        gc.collect()  # Note [Collected objects frozen]: collection's garbage freed,
+        gc.freeze()   # the rest moved to the permanent generation
         if session.config.stash.get(GC_PAUSED, False):
             session.config.stash[GC_PAUSED] = False
             gc.enable()
-
-
-def _collect_and_freeze() -> None:
-    """Free what is garbage now, then freeze the rest (Note [Collected objects frozen])."""
-    gc.collect()
-    gc.freeze()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
