@@ -21,9 +21,20 @@ from typing import Iterator, Optional
 
 import pytest
 
-_GC_ON = gc.isenabled()
-gc.disable()  # Note [Collected objects frozen]: torch's import walked by no collection
-try:
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector off inside (as it was after)."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
+
+
+with _collector_paused():  # Note [Collected objects frozen]: torch's import walked by none
     from harness import (
         checkrun,
         guards,
@@ -37,10 +48,8 @@ try:
     from harness.device import Device, xdist_worker_index
     from harness.recorder import Recorder, seed_for, suite_area
     from harness.session import RunState, Settings
-finally:
-    if _GC_ON:
-        gc.freeze()
-        gc.enable()
+if gc.isenabled():
+    gc.freeze()  # what the imports made
 
 PROPERTY = "harness"
 SUITE_PROPERTY = "harness-suite"
@@ -446,14 +455,3 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     for text, markup in lines:
         terminalreporter.write_line(text, **markup)
 
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """The cyclic garbage collector off inside (as it was after)."""
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if collecting:
-            gc.enable()
