@@ -51,7 +51,7 @@ def test_options_count_when_passed_through_an_adapter_or_by_position():
 
 def test_command_prints_the_table_with_totals(catalog_coverage, monkeypatch, capsys):
     # the command prints the catalog's coverage, which the fixture computed already (once
-    # more would cost ~5-11 s of the test command); the first test checks that coverage
+    # more would cost 3-11 s of the test command); the first test checks that coverage
     monkeypatch.setattr(keywords, "coverage", lambda: catalog_coverage)
     assert cli.main(["ops", "keywords"]) == 0
     out = capsys.readouterr().out
