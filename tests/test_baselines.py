@@ -1,6 +1,9 @@
+import json
+from pathlib import Path
+
 import pytest
 
-from harness import baselines, results
+from harness import baselines, results, stack
 from harness.results import Record, RunResults
 
 
@@ -67,3 +70,35 @@ def test_record_refuses_to_overwrite_another_stack(tmp_path, npu_fp):
     with pytest.raises(baselines.BaselineError, match="refusing to overwrite"):
         baselines.record(tmp_path, RunResults(npu_fp, {"ops/a": Record("ops/a")}))
     assert results.load(path).fingerprint["stack_id"] == "cann-7.0.0"
+
+
+# ------------------------------------------------------------ the committed baselines
+
+COMMITTED = sorted((Path(__file__).resolve().parents[1] / "baselines").glob("*/*/*.json"))
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_committed_baseline_is_a_whole_default_run_of_this_format(path):
+    """A committed baseline is what a fresh clone's first command compares with: it is
+    filed under its own device and stack, in this harness's format, and records the whole
+    default selection (``-m npu``). One recorded by an older harness (its format 1, before
+    the records said which selection made them) compared its DUT errors as another
+    harness measured them: a fresh clone's first command on that CPU said REVIEW (15
+    metrics of prod's backward, the same stack) and 5,044 records new."""
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    assert raw["schema_version"] == results.SCHEMA_VERSION, (
+        f"{path} was written in format {raw['schema_version']}; record it again on that "
+        f"CPU: python -m pytest -m npu --baseline record")
+    fingerprint = raw["fingerprint"]
+    assert path.parent.parent.name == fingerprint["device_type"]
+    assert path.parent.name == fingerprint["device_slug"] == stack.device_slug(fingerprint)
+    assert path.stem == fingerprint["stack_id"] == stack.stack_id(fingerprint)
+    assert raw["selection"]["markexpr"] == "npu", raw["selection"]
+
+
+def test_every_cpu_we_measured_on_has_a_committed_baseline():
+    """The CPUs named in README's paragraph on committed baselines have one each (the
+    check above would pass on an empty folder)."""
+    slugs = {p.parent.name for p in COMMITTED}
+    assert {"x86-64-amd-f25m1-avx2-mkl-t2", "x86-64-amd-f25m17-avx512-mkl-t2",
+            "x86-64-amd-f26m2-avx512-mkl-t2", "x86-64-intel-f6m106-avx512-mkl-t2"} <= slugs
