@@ -3,7 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import baselines, results, stack
+from harness import baselines, results
+from harness import stack as stacks
 from harness.results import Record, RunResults
 
 
@@ -91,8 +92,8 @@ def test_committed_baseline_is_a_whole_default_run_of_this_format(path):
         f"CPU: python -m pytest -m npu --baseline record")
     fingerprint = raw["fingerprint"]
     assert path.parent.parent.name == fingerprint["device_type"]
-    assert path.parent.name == fingerprint["device_slug"] == stack.device_slug(fingerprint)
-    assert path.stem == fingerprint["stack_id"] == stack.stack_id(fingerprint)
+    assert path.parent.name == fingerprint["device_slug"] == stacks.device_slug(fingerprint)
+    assert path.stem == fingerprint["stack_id"] == stacks.stack_id(fingerprint)
     assert raw["selection"]["markexpr"] == "npu", raw["selection"]
 
 
