@@ -17,6 +17,7 @@ import inspect
 import os
 import random
 import shlex
+import sys
 from pathlib import Path
 from typing import Iterator, Optional
 
@@ -51,7 +52,28 @@ with _collector_paused():  # Note [Collected objects frozen]: torch's import wal
     from harness.session import RunState, Settings
 if gc.isenabled():
     gc.freeze()  # what the imports made
-atexit.register(gc.freeze)  # Note [Collected objects frozen]: the exit walks none of it
+
+
+def _nanobind_loaded() -> bool:
+    """Whether an extension module built with nanobind is loaded: one whose functions or
+    types are nanobind's (``nanobind.nb_func``, ``nanobind.nb_type_0``...)."""
+    for module in list(sys.modules.values()):
+        if not str(getattr(module, "__file__", None) or "").endswith((".so", ".pyd")):
+            continue
+        values = getattr(module, "__dict__", {}).values()
+        if any(type(value).__module__ == "nanobind" for value in list(values)):
+            return True
+    return False
+
+
+@atexit.register
+def _exit_collections() -> None:
+    """Note [Collected objects frozen]: the exit's collections walk none of what is alive,
+    unless a nanobind extension is loaded: then they collect all of it, as without us."""
+    if _nanobind_loaded():
+        gc.unfreeze()
+    else:
+        gc.freeze()
 
 PROPERTY = "harness"
 SUITE_PROPERTY = "harness-suite"
@@ -298,6 +320,13 @@ def _refuse_installed_suites_elsewhere(config: pytest.Config, items: list[pytest
 # ``atexit`` handler to the process's end, became 1.4 s. What is alive then is freed, or
 # not, as Python's exit always does it (it promises no ``__del__`` at exit): the harness's
 # files and stores are written and closed before the verdict, and no check runs after.
+# Except where an extension built with nanobind is loaded (Triton's ``libtriton`` from
+# torch 2.15 on, which a graph check imports): nanobind counts, at the exit, its objects
+# that nothing freed, and prints each as a leak ("nanobind: leaked 4 instances! ... likely
+# caused by a reference counting issue"), so a frozen exit made every torch 2.15.0 default
+# run end in 30 lines of false alarms. There the handler unfreezes instead, and the exit
+# collects everything as it would without the harness (the frozen objects of import and
+# collection too), at the walk's cost.
 
 
 @pytest.hookimpl(tryfirst=True)

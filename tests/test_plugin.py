@@ -294,3 +294,20 @@ def test_what_is_alive_at_the_exit_is_frozen_for_the_interpreters_last_collectio
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, check=True)
     assert int(proc.stdout.split()[-1]) > 100_000, proc.stdout
+
+
+def test_the_exit_collects_everything_where_a_nanobind_extension_is_loaded():
+    """Note [Collected objects frozen]: nanobind prints what the exit did not free as
+    leaks (Triton's libtriton with torch 2.15), so with one loaded the exit unfreezes."""
+    import subprocess
+    import sys
+
+    code = ("import atexit, gc, sys, types\nimport harness.plugin\n"
+            "assert gc.get_freeze_count() > 0 and not harness.plugin._nanobind_loaded()\n"
+            "nb_func = type('nb_func', (), {'__module__': 'nanobind'})\n"
+            "ext = types.ModuleType('fake_ext')\next.__file__ = '/site/fake_ext.so'\n"
+            "ext.f = nb_func()\nsys.modules['fake_ext'] = ext\n"
+            "atexit._run_exitfuncs()\nprint(gc.get_freeze_count())\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert int(proc.stdout.split()[-1]) == 0, proc.stdout
