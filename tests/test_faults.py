@@ -98,6 +98,50 @@ def test_a_fault_whose_checks_all_skip_is_not_applicable_not_caught():
     assert report["clean_output_tail"] == "clean exploded" and not report["clean_ok"]
 
 
+def test_a_timing_fault_missed_beyond_the_hosts_power_is_said_apart(tmp_path):
+    """Note [A miss beyond the host's power]: a miss where every compare's MDE exceeds the
+    fault's slow-down is reported apart and does not fail; one a compare could see stays a
+    miss, and so does one with no compare, or a fault that is not about time."""
+    import json
+
+    from harness.faults import check as fault_check
+
+    step8 = faults.registry()["bench.slow_step_8"]
+    assert step8.effect == 0.08 and faults.registry()["example.add_drift"].effect == 0.0
+
+    def result(fault, mdes, outcome="passed"):
+        return fault_check.FaultResult(
+            fault, fault_check.RunOutcome(0, {"a::b": outcome}, 1, "tail", tuple(mdes)))
+
+    beyond = result(step8, (0.112, 0.14))
+    visible = result(step8, (0.112, 0.05))
+    uncompared = result(step8, ())
+    unmeasured = result(step8, (0.112, None))  # a compare that can give no regression
+    not_timing = result(faults.registry()["example.add_drift"], (0.5,))
+    caught = result(step8, (0.2,), outcome="failed")
+    assert beyond.beyond_power and beyond.ok and not beyond.caught
+    assert caught.ok and not caught.beyond_power
+    for missed in (visible, uncompared, unmeasured, not_timing):
+        assert not missed.beyond_power and not missed.ok
+    text = fault_check.report_text(fault_check.RunOutcome(0, {"x": "passed"}, 1, ""),
+                                   [beyond, visible, caught])
+    assert "beyond this host's power: MDE 11.2%, 14.0% vs 8%" in text
+    assert "- (a compare could see it: MDE 5.0%, 11.2% vs 8%)" in text
+    assert text.splitlines()[-1].startswith(
+        "1/2 faults caught; NOT caught: bench.slow_step_8; 1 beyond this host's power")
+    report = fault_check.report_json(fault_check.RunOutcome(0, {"x": "passed"}, 1, ""),
+                                     [beyond, visible])
+    assert [(f["beyond_power"], f["mdes"], f["output_tail"]) for f in report["faults"]] == [
+        (True, [0.112, 0.14], "tail"), (False, [0.112, 0.05], "tail")]
+    # what a run's results file says: the MDE of each benchmark compare it judged
+    doc = {"outcomes": {"a::b": "passed"},
+           "records": {"bench/op/mm": {"info": {"verdict": {"mde": 0.112}}},
+                       "bench/op/conv": {"info": {"verdict": {"mde": None}}},
+                       "ops/add": {"info": {"aten_ops": []}}, "bench/new": {}}}
+    (tmp_path / "run.json").write_text(json.dumps(doc))
+    assert fault_check._read_run(tmp_path) == ({"a::b": "passed"}, [0.112, None])
+
+
 def test_exclusive_faults_run_alone_after_the_others(monkeypatch, tmp_path):
     """Timing faults (``exclusive``) and their clean run get the machine to themselves."""
     import threading

@@ -15,6 +15,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
+import math
 import os
 import signal
 import subprocess
@@ -34,6 +35,10 @@ class RunOutcome:
     outcomes: dict[str, str]
     seconds: float
     output: str
+    mdes: tuple = ()
+    """The minimum detectable effect of each benchmark compare the run judged (None: its
+    run counts give no regression at all, or it measured nothing usable), Note [A miss
+    beyond the host's power]."""
 
     @property
     def failed(self) -> list[str]:
@@ -70,18 +75,52 @@ class FaultResult:
         return not outcomes or any(o != "skipped" for o in outcomes)  # nothing ran: a miss
 
     @property
+    def beyond_power(self) -> bool:
+        """A timing fault missed where no compare of its run could see a slow-down of its
+        size (Note [A miss beyond the host's power])."""
+        return (self.parity is None and self.fault.effect > 0 and not self.caught
+                and bool(self.run.mdes)
+                and all(m is not None and m > self.fault.effect for m in self.run.mdes))
+
+    @property
     def ok(self) -> bool:
-        return self.caught or not self.applicable
+        return self.caught or not self.applicable or self.beyond_power
+
+    def power_text(self) -> str:
+        """The compares' MDEs against the fault's effect: ``MDE 11.2%, 14.0% vs 8%``."""
+        shown = ", ".join("none" if m is None else f"{m:.1%}" for m in sorted(
+            self.run.mdes, key=lambda m: math.inf if m is None else m))
+        return f"MDE {shown} vs {self.fault.effect:.0%}"
 
     def to_json(self) -> dict:
         out = {"name": self.fault.name, "family": self.fault.family,
                "description": self.fault.description, "caught": self.caught,
-               "applicable": self.applicable,
+               "applicable": self.applicable, "beyond_power": self.beyond_power,
                "caught_by": self.caught_by, "exit_code": self.run.exit_code,
                "seconds": round(self.run.seconds, 1)}
-        if not self.ok:  # what a user needs to see why
+        if self.fault.effect:
+            out["effect"] = self.fault.effect
+            out["mdes"] = list(self.run.mdes)
+        if not self.caught and self.applicable:  # what a user needs to see why
             out["output_tail"] = self.run.output[-OUTPUT_TAIL:]
         return out
+
+
+# Note [A miss beyond the host's power]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# A timing fault (``Fault.effect``: the fraction it slows its work by) is caught when a
+# benchmark compare of its run says ``regression``. The engine promises to see a slow-down
+# only down to each compare's minimum detectable effect, from the runs' own pooled spread
+# and counts (Note [Minimum detectable effect] in :mod:`harness.bench.stats`; every verdict
+# prints it). Where every compare of the fault's run had an MDE above the fault's effect,
+# the run could not have seen it on this host: the miss is reported apart, as beyond the
+# host's power, with the MDEs, and does not fail the command (a check that fails on a
+# correct detector is a defect of the check). Where any compare could have seen it, a
+# miss is the detector breaking its promise: NOT caught, exit 1; so is a compare with no
+# MDE (its run counts cannot give a regression, or it measured nothing usable: the run's
+# set-up, or the fault, broke the measurement, which no host's noise excuses). The MDE is
+# the compare's own, from both sides' runs, so the 15% and 30% faults keep the detector
+# to its word on any host whose spread allows them.
 
 
 OUTPUT_TAIL = 3000
@@ -152,13 +191,14 @@ def run_pytest(args: Sequence[str], results_dir: Path, *, root: Path, timeout: f
     for attempt in range(2):
         results_dir.mkdir(parents=True, exist_ok=True)  # the plugin creates no missing folder
         exit_code, output = _run_once(args, results_dir, root=root, timeout=timeout, env=env)
-        outcomes = _outcomes(results_dir)
+        outcomes, mdes = _read_run(results_dir)
         if outcomes or KILLED_MARK in output or attempt:
             break
         notes = (f"{SAY} the first run ended without writing its results "
                  f"({_exit_text(exit_code)}); its output ended:\n"
                  f"{output[-OUTPUT_TAIL // 2:]}\n{SAY} ran it once more:\n")
-    return RunOutcome(exit_code, outcomes, time.monotonic() - start, notes + output)
+    return RunOutcome(exit_code, outcomes, time.monotonic() - start, notes + output,
+                      tuple(mdes))
 
 
 # Note [A run that died]
@@ -191,16 +231,23 @@ def _run_once(args: Sequence[str], results_dir: Path, *, root: Path, timeout: fl
     return _run_forked(context, _pytest_args(args, results_dir), root, timeout, child_env)
 
 
-def _outcomes(results_dir: Path) -> dict[str, str]:
+def _read_run(results_dir: Path) -> tuple[dict[str, str], list[Optional[float]]]:
+    """The run's outcomes by node id, and the MDE of each benchmark compare it judged
+    (Note [A miss beyond the host's power])."""
     outcomes: dict[str, str] = {}
+    mdes: list[Optional[float]] = []
     from harness import results
 
     for path in results.results_files(results_dir):
         try:
-            outcomes.update(results.read_document(path).get("outcomes", {}))
+            doc = results.read_document(path)
+            outcomes.update(doc.get("outcomes", {}))
+            verdicts = [rec.get("info", {}).get("verdict")
+                        for rec in doc.get("records", {}).values()]
+            mdes += [v.get("mde") for v in verdicts if isinstance(v, dict)]
         except (results.SchemaError, AttributeError, TypeError, ValueError):
             continue
-    return outcomes
+    return outcomes, mdes
 
 
 def _kill_group(pid: int) -> None:
@@ -285,8 +332,11 @@ def check(selected: Sequence[Fault], *, root: Path, device: str = "cpu", jobs: i
                                   "--baseline-dir", str(base_dir)], work / f"fault{index}",
                                  root=root, timeout=timeout)
             result = FaultResult(fault, outcome)
-            say(f"{fault.name}: {'caught' if result.caught else 'NOT CAUGHT'} "
-                f"({len(result.caught_by)} failing, {outcome.seconds:.0f} s)")
+            state = ("caught" if result.caught else
+                     f"beyond this host's power, {result.power_text()}" if result.beyond_power
+                     else "NOT CAUGHT")
+            say(f"{fault.name}: {state} ({len(result.caught_by)} failing, "
+                f"{outcome.seconds:.0f} s)")
             return result
 
         indexed = list(enumerate(selected))
@@ -456,14 +506,28 @@ def report_text(clean: RunOutcome, found: Sequence[FaultResult]) -> str:
     for r in found:
         first = r.caught_by[0] if r.caught_by else "-"
         more = f" (+{len(r.caught_by) - 1} more)" if len(r.caught_by) > 1 else ""
-        lines.append(f"{r.fault.name:<{width}}  {r.fault.family:<12} "
-                     f"{'yes' if r.caught else 'n/a' if not r.applicable else 'NO':<7} "
-                     f"{first if r.applicable else 'every check skipped on this device'}{more}")
+        if r.caught:
+            caught, why = "yes", first + more
+        elif not r.applicable:
+            caught, why = "n/a", "every check skipped on this device"
+        elif r.beyond_power:
+            caught, why = "beyond", f"beyond this host's power: {r.power_text()}"
+        elif r.fault.effect and r.run.mdes:
+            caught, why = "NO", f"- (a compare could see it: {r.power_text()})"
+        else:
+            caught, why = "NO", "-"
+        lines.append(f"{r.fault.name:<{width}}  {r.fault.family:<12} {caught:<7} {why}")
     missed = [r.fault.name for r in found if not r.ok]
     na = [r.fault.name for r in found if not r.caught and not r.applicable]
-    applicable = len(found) - len(na)
-    lines.append(f"{applicable - len(missed)}/{applicable} faults caught"
+    beyond = [r for r in found if r.beyond_power]
+    judged = len(found) - len(na) - len(beyond)
+    lines.append(f"{judged - len(missed)}/{judged} faults caught"
                  + (f"; NOT caught: {', '.join(missed)}" if missed else "")
                  + (f"; {len(na)} not applicable here (their checks skip on this device): "
-                    f"{', '.join(na)}" if na else ""))
+                    f"{', '.join(na)}" if na else "")
+                 + (f"; {len(beyond)} beyond this host's power (missed where every compare's "
+                    f"minimum detectable effect exceeds the slow-down; a quieter host or more "
+                    f"--bench-runs sees them): "
+                    + ", ".join(f"{r.fault.name} ({r.power_text()})" for r in beyond)
+                    if beyond else ""))
     return "\n".join(lines)

@@ -40,6 +40,10 @@ class Fault:
             must show in when a faulted run is compared with a clean run of another
             device type (``faults check --parity-reference TYPE``); empty: not a parity
             fault.
+        effect: a timing fault's slow-down, as a fraction (0.08: the timed work takes 8%
+            longer); 0: not a timing fault. A miss where every compare's minimum
+            detectable effect exceeds it is beyond the host's power, not the detector's
+            defect (Note [A miss beyond the host's power] in :mod:`harness.faults.check`).
     """
 
     name: str
@@ -50,6 +54,7 @@ class Fault:
     pytest_args: tuple[str, ...] = ()
     exclusive: bool = False
     parity: str = ""
+    effect: float = 0.0
 
 
 def perturb_op(name: str, *, family: str, description: str, op: str,

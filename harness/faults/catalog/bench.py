@@ -122,7 +122,7 @@ def slow_step(percent: int, checks=STEP_CHECKS) -> Fault:
     return Fault(f"bench.slow_step_{percent}", "bench",
                  f"every timed round (the whole step) takes {percent}% longer",
                  tuple(checks), lambda device: _slower_scope(device, fraction), BENCH_ARGS,
-                 exclusive=True)
+                 exclusive=True, effect=fraction)
 
 
 def slow_mm(percent: int) -> Fault:
@@ -130,21 +130,21 @@ def slow_mm(percent: int) -> Fault:
     return Fault(f"bench.slow_mm_{percent}", "bench",
                  f"aten.mm takes {percent}% longer (its own time, measured per call)",
                  (MM_CHECK,), lambda device: _slow_op_mode(device, "aten.mm", fraction),
-                 BENCH_ARGS, exclusive=True)
+                 BENCH_ARGS, exclusive=True, effect=fraction)
 
 
 AMP_SLOW = Fault("bench.amp_slow_15", "bench",
                  "steps under autocast (AMP) take 15% longer; fp32 steps keep their speed",
                  (AMP_CHECK,),
                  lambda device: _slower_scope(device, 0.15, amp=True), BENCH_ARGS,
-                 exclusive=True)
+                 exclusive=True, effect=0.15)
 
 FP32_CHECK = "suites/bench/test_throughput.py::test_benchmark[train/simplecnn/float32/step]"
 FP32_SLOW = Fault(
     "bench.fp32_step_slow_60", "bench",
     "fp32 training steps take 60% longer; steps under autocast (AMP) keep their speed",
     (FP32_CHECK, AMP_CHECK), lambda device: _slower_scope(device, 0.6, amp=False),
-    BENCH_ARGS, exclusive=True, parity="speed")
+    BENCH_ARGS, exclusive=True, parity="speed", effect=0.6)
 
 SLOWDOWNS = (8, 10, 15, 30)  # bench-eval --effect: 8% is an upgrade's typical regression
 MM_SLOWDOWNS = (10, 15, 30)
