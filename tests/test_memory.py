@@ -108,6 +108,41 @@ def test_cap_raises_the_devices_oom_error_and_keeps_the_count(cpu):
     del again
 
 
+def test_young_gc_collects_the_blocks_garbage_and_unfreezes_unless_told_to_keep():
+    """Inside the block a collection frees the block's cycles; what was alive on entry is
+    frozen; on exit it is unfrozen, or kept frozen where the harness session says so
+    (Note [Collected objects frozen] in harness/plugin.py)."""
+    import gc
+    import weakref
+
+    from harness.memory import collect
+
+    class Node:
+        pass
+
+    before, setting = gc.get_freeze_count(), collect.keep_frozen(False)
+    try:
+        for keep in (False, True):
+            gc.unfreeze()
+            old = Node()
+            old.me = old  # a cycle alive on entry
+            collect.keep_frozen(keep)
+            with memory.young_gc():
+                assert gc.get_freeze_count() > 0
+                inner = Node()
+                inner.me = inner
+                gone = weakref.ref(inner)
+                del inner
+                memory.release()
+                assert gone() is None  # the block's garbage: collected
+            assert (gc.get_freeze_count() > 0) is keep
+            del old
+    finally:
+        collect.keep_frozen(setting)
+        if before:
+            gc.freeze()
+
+
 def test_oom_in_backward_propagates_as_oom_and_memory_comes_back(cpu):
     torch.manual_seed(0)
     model = models.DeepMLP(width=64, depth=4, in_features=64)

@@ -271,6 +271,36 @@ def test_frozen(results):
 """
 
 
+CHECK_YOUNG_GC = """
+import gc
+from harness import memory
+
+def test_young_gc(results):
+    with memory.young_gc():
+        frozen_inside = gc.get_freeze_count()
+    results.check("demo/young_gc", True, metrics={
+        "inside": frozen_inside, "after": gc.get_freeze_count()})
+"""
+
+
+def test_a_memory_block_leaves_what_it_froze_frozen_in_a_session(project):
+    """Note [Collected objects frozen]: in a harness session young_gc does not unfreeze the
+    session's objects when its block ends (every later collection would walk torch's again);
+    outside one it does, and the session restores the setting it found."""
+    from harness.memory import collect
+
+    (project.path / "suites" / "demo" / "test_young_gc.py").write_text(CHECK_YOUNG_GC)
+    project.runpytest_subprocess("suites/demo/test_young_gc.py").assert_outcomes(passed=1)
+    metrics = _results(project)["records"]["demo/young_gc"]["metrics"]
+    assert metrics["after"] > 0.99 * metrics["inside"] > 10_000  # (unfrozen: 0)
+    outer = collect.keep_frozen(False)  # this test session's own setting, set aside
+    try:
+        project.runpytest("suites/demo/test_young_gc.py").assert_outcomes(passed=1)
+        assert collect.keep_frozen(False) is False  # the in-process session restored it
+    finally:
+        collect.keep_frozen(outer)
+
+
 def test_collected_objects_are_frozen_before_the_checks_run(project):
     """Note [Collected objects frozen]: by the time a check runs, what collection built is
     in the permanent generation and the collector, paused over collection, is on again."""
