@@ -10,6 +10,7 @@ import types
 from pathlib import Path
 from typing import Optional
 
+import early
 import pytest
 
 from harness.bench import evaluate, history, stats
@@ -463,11 +464,11 @@ def test_a_ratio_benchmark_pairs_each_round_with_its_reference():
 LAYER_NORM = "suites/bench/test_throughput.py::test_benchmark[op/layer_norm/float32/fwd/256x1024]"
 
 
-def _suite(*args, tmp):
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           LAYER_NORM, "--run-benchmarks", f"--results-dir={tmp / 'results'}",
-                           f"--baseline-dir={tmp / 'baselines'}", *args],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+def _suite(env: dict, *args, tmp):
+    return early.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                      LAYER_NORM, "--run-benchmarks", f"--results-dir={tmp / 'results'}",
+                      f"--baseline-dir={tmp / 'baselines'}", *args],
+                     cwd=ROOT, env=env, timeout=600)
 
 
 def _stored(tmp):
@@ -475,13 +476,27 @@ def _stored(tmp):
     return json.loads(path.read_text())["records"]["bench/op/layer_norm/float32/fwd/256x1024"]
 
 
-def test_bench_runs_record_k_process_runs_and_compare_judges_them(tmp_path):
-    first = _suite("--bench-runs", "2", "--baseline", "record", tmp=tmp_path)
+def _record_two_runs_then_compare(env: dict, tmp: Path) -> dict:
+    """A benchmark recorded with ``--bench-runs 2``, then one run compared with it (an
+    early job: Note [Early jobs] in tests/early.py; three child runs, ~12 s)."""
+    first = _suite(env, "--bench-runs", "2", "--baseline", "record", tmp=tmp)
+    stored = _stored(tmp) if first.returncode == 0 else None
+    return {"first": first, "stored": stored, "compare": _suite(env, tmp=tmp)}
+
+
+K_PROCESS_RUNS = early.in_temp_dir("bench: --bench-runs 2, then a compare",
+                                   _record_two_runs_then_compare)
+EARLY = (K_PROCESS_RUNS,)
+
+
+def test_bench_runs_record_k_process_runs_and_compare_judges_them():
+    got = early.result(K_PROCESS_RUNS)
+    first, compare = got["first"], got["compare"]
     assert first.returncode == 0, first.stdout[-3000:]
     assert "bench run 1/2 (child)" in first.stdout
-    runs = _stored(tmp_path)["info"]["runs"]
+    runs = got["stored"]["info"]["runs"]
     assert len(runs) == 2 and len({r["pid"] for r in runs}) == 2  # two processes
-    compare = _suite(tmp=tmp_path)  # one run against two: too few to decide, said so
+    # one run against two: too few to decide, said so
     assert compare.returncode == 0, compare.stdout[-3000:]
     assert "unreliable" in compare.stdout and "1 run(s) vs 2 baseline run(s)" in compare.stdout
     assert "record with --bench-runs 3" in compare.stdout

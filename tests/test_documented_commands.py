@@ -16,10 +16,10 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
+import early
 import pytest
 
 from harness import cli
@@ -169,20 +169,36 @@ print(json.dumps(bad))
 """
 
 
-def _unparsable(arg_lists: list[list[str]]) -> list[list]:
+def _unparsable(env: dict, arg_lists: list[list[str]]) -> list[list]:
     """``[args, why]`` for each pytest argument list pytest's parser refuses (one child)."""
-    proc = subprocess.run([sys.executable, "-c", PARSE_PYTEST, json.dumps(arg_lists)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = early.run([sys.executable, "-c", PARSE_PYTEST, json.dumps(arg_lists)],
+                     cwd=ROOT, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+NO_SUCH_OPTION = ["-m", "npu", "--no-such-option"]
+"""A pytest command line that must not parse: the check can fail."""
+
+
+def _parse_every_pytest_line(env: dict) -> tuple[list, list]:
+    """``(lines, refused)``: the documented pytest lines as ``(where, args)`` and what the
+    parser refused of them and of :data:`NO_SUCH_OPTION`, in one child (an early job:
+    Note [Early jobs] in tests/early.py; the child imports every plugin, ~5 s)."""
+    lines = [(where, _pytest_args(argv)) for where, argv in COMMANDS if _kind(argv) == "pytest"]
+    return lines, _unparsable(env, [args for _, args in lines] + [NO_SUCH_OPTION])
+
+
+PARSED = early.Job("documented pytest lines parsed", _parse_every_pytest_line)
+EARLY = (PARSED,)
 
 
 def test_every_pytest_command_parses_with_the_runs_plugins():
     """pytest's parser with every plugin loaded (the harness's, pytest-benchmark's,
     pytest-split's, xdist's), as the documented line would start; nothing is collected."""
-    lines = [(where, _pytest_args(argv)) for where, argv in COMMANDS if _kind(argv) == "pytest"]
+    lines, refused = early.result(PARSED)
     assert len(lines) > 30
-    bad = _unparsable([args for _, args in lines])
+    bad = [(args, why) for args, why in refused if args != NO_SUCH_OPTION]
     where_of = {json.dumps(args): where for where, args in lines}
     assert not bad, "documented pytest commands that do not parse:\n" + "\n".join(
         f"{where_of[json.dumps(args)]}: pytest {shlex.join(args)}\n  {why}" for args, why in bad)
@@ -192,5 +208,6 @@ def test_a_removed_option_is_caught():
     """The check can fail: the nightly's old ``history --dir`` and an unknown pytest option."""
     with pytest.raises(SystemExit):
         cli.build_parser().parse_args(["history", "--dir", "x"])
-    bad = _unparsable([["-m", "npu", "--no-such-option"]])
-    assert bad and "--no-such-option" in bad[0][1]
+    _, refused = early.result(PARSED)
+    bad = [why for args, why in refused if args == NO_SUCH_OPTION]
+    assert bad and "--no-such-option" in bad[0]

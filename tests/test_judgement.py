@@ -3,9 +3,12 @@ a lost capability is NO-GO and named, nothing checked is never GO, and only hone
 become baselines or history (issue 21, items 1-4)."""
 
 import json
+import os
 import re
+import sys
 from pathlib import Path
 
+import early
 import pytest
 
 from harness import cli, known_failures, results
@@ -49,6 +52,9 @@ def demo(pytester, monkeypatch):
     pytester.write = write
     monkeypatch.chdir(pytester.path)
     return pytester
+
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _newest_results(path):
@@ -203,33 +209,36 @@ BN_DROPPED = patch_attr("user.bn_dropped", family="user",
 '''
 
 
-def test_a_kernel_the_upgrade_dropped_is_no_go_naming_each_lost_capability(tmp_path):
-    """Record suites/norm/test_batchnorm.py, then batch_norm raises "not implemented for
-    'Float'" (a user fault standing for the new stack): each record the baseline holds
-    goes pass -> unsupported, named in the terminal and the report; NO-GO, rc 1."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1]
+def _batch_norm_dropped(env: dict, tmp_path: Path) -> dict:
+    """Record suites/norm/test_batchnorm.py, then run it with batch_norm raising "not
+    implemented for 'Float'" (a user fault standing for the new stack): the baseline's
+    records, the second run and its report page."""
     (tmp_path / "userfaults.py").write_text(USER_FAULT)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(tmp_path)])}
+    env = {**env, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
     env.pop("HARNESS_FAULTS", None)
     common = [sys.executable, "-m", "pytest", "suites/norm/test_batchnorm.py", "-p",
               "no:randomly", "-p", "no:cacheprovider", "--baseline-dir", str(tmp_path / "b"),
               "--results-dir", str(tmp_path / "results")]
-    subprocess.run([*common, "--baseline", "record"], cwd=root, env=env, check=True,
-                   capture_output=True)
+    recorded = early.run([*common, "--baseline", "record"], cwd=ROOT, env=env, timeout=600)
+    assert recorded.returncode == 0, recorded.stdout[-3000:] + recorded.stderr[-2000:]
     base = results.load(_baseline(tmp_path))
+    run = early.run([*common, "--inject-fault", "userfaults:BN_DROPPED", "--report",
+                     str(tmp_path / "r.html")], cwd=ROOT, env=env, timeout=600)
+    return {"base": base, "run": run, "page": (tmp_path / "r.html").read_text()}
+
+
+BN_DROPPED = early.in_temp_dir("judgement: a kernel the upgrade dropped", _batch_norm_dropped)
+
+
+def test_a_kernel_the_upgrade_dropped_is_no_go_naming_each_lost_capability():
+    """Each record the baseline holds goes pass -> unsupported, named in the terminal and
+    the report; NO-GO, rc 1 (an early job: Note [Early jobs] in tests/early.py)."""
+    got = early.result(BN_DROPPED)
+    base, run, page = got["base"], got["run"], got["page"]
     assert base.records and {r.status for r in base.records.values()} == {"pass"}
-    run = subprocess.run([*common, "--inject-fault", "userfaults:BN_DROPPED", "--report",
-                          str(tmp_path / "r.html")], cwd=root, env=env, capture_output=True,
-                         text=True)
     assert run.returncode == 1, run.stdout[-3000:]
     assert re.search(r"^VERDICT: NO-GO \(.*\b" + str(len(base.records))
                      + r" capability\(ies\) lost", run.stdout, re.M), run.stdout[-3000:]
-    page = (tmp_path / "r.html").read_text()
     for rid in base.records:
         line = f"{rid}: pass -> unsupported (RuntimeError: \"batch_norm_cpu\" not implemented"
         assert f"  {line}" in run.stdout
@@ -300,18 +309,25 @@ def test_a_model_check_on_empty_inputs_is_nothing_checked_and_exits_1(capsys):
                      r"input 0 has shape 0x3x32x32", out, re.M), out[-2000:]
 
 
-def test_pytest_model_on_empty_inputs_is_nothing_checked_too(tmp_path):
-    """``pytest --model ... --model-input 0x...`` follows the model command's rule
-    (harness.model.spec.empty_inputs): every case and the inventory skip, NO-GO."""
-    import subprocess
-    import sys
-
-    root = Path(__file__).resolve().parents[1]
-    run = subprocess.run(
+def _model_on_empty_inputs(env: dict, tmp_path: Path):
+    return early.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
          "suites/model", "--model", "harness.models:simplecnn", "--model-input", "0x3x32x32",
-         f"--results-dir={tmp_path}"], cwd=root, capture_output=True, text=True, timeout=600)
+         f"--results-dir={tmp_path}"], cwd=ROOT, env=env, timeout=600)
+
+
+MODEL_ON_EMPTY_INPUTS = early.in_temp_dir("judgement: pytest --model on empty inputs",
+                                          _model_on_empty_inputs)
+
+
+def test_pytest_model_on_empty_inputs_is_nothing_checked_too():
+    """``pytest --model ... --model-input 0x...`` follows the model command's rule
+    (harness.model.spec.empty_inputs): every case and the inventory skip, NO-GO."""
+    run = early.result(MODEL_ON_EMPTY_INPUTS)
     assert run.returncode == 1, run.stdout[-2000:]
     assert re.search(r"^VERDICT: NO-GO \(NOTHING CHECKED: all \d+ record\(s\) skipped, e.g. "
                      r"input 0 has shape 0x3x32x32", run.stdout, re.M), run.stdout[-2000:]
     assert " passed" not in run.stdout.splitlines()[-1]
+
+
+EARLY = (BN_DROPPED, MODEL_ON_EMPTY_INPUTS)

@@ -7,7 +7,10 @@ clones it.
 
 import re
 import subprocess
+import sys
 from pathlib import Path
+
+import early
 
 ROOT = Path(__file__).resolve().parents[1]
 CLIMB = re.compile(r"(?:\.\./)+[\w.-]+")
@@ -111,16 +114,25 @@ def test_ci_runs_the_readmes_two_commands_as_the_readme_spells_them():
     assert '"$PY" -m venv' in ci.split("$FIRST_COMMAND\n", 1)[0]
 
 
+def _collect_as_a_conformance_run(env: dict):
+    """``pytest -m npu --co`` with the [test] extra's plugins left out (an early job:
+    Note [Early jobs] in tests/early.py; the collection takes ~6 s)."""
+    return early.run(
+        [sys.executable, "-m", "pytest", "-m", "npu", "--co", "-q", "-p", "no:cacheprovider",
+         "-p", "no:timeout", "-p", "no:xdist", "-p", "no:randomly"],
+        cwd=ROOT, env=env, timeout=300)
+
+
+CONFORMANCE_COLLECTION = early.Job("a conformance run's collection",
+                                   _collect_as_a_conformance_run)
+EARLY = (CONFORMANCE_COLLECTION,)
+
+
 def test_a_conformance_run_needs_nothing_of_tests_or_the_test_extra():
     """``pytest -m npu`` with the [test] extra's plugins left out (as in a venv made by
     ./run-suite) collects suites/ alone and no module of tests/ (one of which uses
     pytest-timeout's marker: collected without the plugin, --strict-markers refuses it)."""
-    import sys
-
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-m", "npu", "--co", "-q", "-p", "no:cacheprovider",
-         "-p", "no:timeout", "-p", "no:xdist", "-p", "no:randomly"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = early.result(CONFORMANCE_COLLECTION)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     nodes = [line for line in proc.stdout.splitlines() if "::" in line]
     assert nodes and all(node.startswith("suites/") for node in nodes), nodes[:5]
