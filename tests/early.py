@@ -14,13 +14,14 @@ under ``--collect-only`` or in an xdist worker).
 A job's function runs on the lane's thread and gets the environment as it was at
 collection (``env``), so no test's monkeypatched environment reaches it; it should only
 start child processes and read what they write. That environment sets
-``OMP_NUM_THREADS=1`` (unless it names a count): the lane's processes run beside the
-in-process tests, whose torch uses every core, and each of their intra-op threads
-beyond one only contends with those (on 2 cores the fault matrix took 126 s instead of
-154-172 s). A job records and compares within itself, so its children agree with each
-other on the thread count; none compares against a committed baseline. (./run-tests also
-makes this process's OpenMP threads wait passively, not spin, for the same reason.) ``stop()`` (at unconfigure) kills the
-child processes of a job still running, so an interrupted session leaves none behind.
+``OMP_NUM_THREADS=1`` (unless it names a count; :func:`job_env`): a job's processes run
+beside the in-process tests, whose torch uses every core, and each of their intra-op
+threads beyond one only contends with those (on 2 cores the fault matrix took 126 s
+instead of 154-172 s). A job records and compares within itself, so its children agree
+with each other on the thread count; none compares against a committed baseline.
+(./run-tests also makes this process's OpenMP threads wait passively, not spin, for the
+same reason.) ``stop()`` (at unconfigure) kills the child processes of a job still
+running, so an interrupted session leaves none behind.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import os
-import shutil
 import signal
 import subprocess
 import tempfile
@@ -55,8 +55,7 @@ class Lane:
 
     def start(self, jobs: Sequence[Job], env: Optional[dict] = None) -> None:
         """Queue the jobs not started yet, with the environment as it is now."""
-        snapshot = dict(os.environ if env is None else env)
-        snapshot.setdefault("OMP_NUM_THREADS", "1")  # Note [Early jobs]: one thread each
+        snapshot = job_env(os.environ if env is None else env)
         with self._lock:
             if self._pool is None:
                 self._pool = concurrent.futures.ThreadPoolExecutor(
@@ -71,7 +70,7 @@ class Lane:
         with self._lock:
             future = self._futures.get(job.name)
         if future is None:
-            return job.fn(dict(os.environ))
+            return job.fn(job_env(os.environ))
         return future.result()
 
     def stop(self) -> None:
@@ -83,16 +82,19 @@ class Lane:
             pool.shutdown(wait=False, cancel_futures=True)
 
 
+def job_env(env) -> dict:
+    """A copy of ``env`` for a job: ``OMP_NUM_THREADS=1`` unless it names a count (Note
+    [Early jobs])."""
+    return {"OMP_NUM_THREADS": "1", **env}
+
+
 def in_temp_dir(name: str, fn: Callable[[dict, Path], Any]) -> Job:
     """A :class:`Job` that runs ``fn(env, path)`` in a fresh temporary folder ``path``
     (removed afterwards): a test's ``tmp_path``, for work that runs on the lane."""
 
     def job(env: dict) -> Any:
-        path = Path(tempfile.mkdtemp(prefix="harness-early-"))
-        try:
-            return fn(env, path)
-        finally:
-            shutil.rmtree(path, ignore_errors=True)
+        with tempfile.TemporaryDirectory(prefix="harness-early-") as tmp:
+            return fn(env, Path(tmp))
 
     return Job(name, job)
 
