@@ -191,6 +191,35 @@ def test_common_cause_names_the_kernel_the_affected_share(fingerprint):
     assert cause.op_filter == "^triplet_margin_loss-[^-]+-bwd-"
     assert cause.line.startswith("aten.clamp_min backward: in 3 of 3 affected cases, 0 of ")
     assert "aten.sub backward" not in {c.token for c in rep.causes}  # the unchanged have it
+    # clamp_min's derivative dispatches ge and where: the same three records, one cause
+    assert cause.also == ["aten.ge (in backward)", "aten.where (in backward)"]
+    assert "the same records dispatch aten.ge (in backward), aten.where (in backward): " \
+           "one cause, 3 names" in cause.line
+    assert len(rep.causes) == 1
+
+
+def test_common_cause_keeps_kernels_of_different_records_apart_though_tied(fingerprint):
+    """Note [One cause, several names]: a kernel's derivative and its backward kernel are
+    one cause (layer_norm's, once listed twice); equal counts in other records are two."""
+    base, run = _runs(fingerprint)
+    for sample in ("typical", "odd257", "swap"):  # triplet unmoved: only the four below are
+        rid = f"ops/triplet_margin_loss/bfloat16/bwd/{sample}"
+        run.records[rid] = base.records[rid]
+    layer_norm = {"fwd": ["aten.native_layer_norm"], "bwd": ["aten.native_layer_norm_backward"]}
+    softmax = {"fwd": ["aten._softmax"], "bwd": ["aten._softmax_backward_data"]}
+    for index, aten in enumerate((layer_norm, layer_norm, softmax, softmax)):
+        rec = _op(f"moved{index}", "float32", "bwd", "typical", 1e-6, aten, status="fail")
+        run.records[rec.id] = rec
+        run.outcomes[rec.test] = "failed"
+    causes = {c.token: c for c in report.build(run, base).causes}
+    norm = causes["aten.native_layer_norm backward"]
+    assert norm.also == ["aten.native_layer_norm_backward (in backward)"]
+    assert norm.ops == ["moved0", "moved1"] and norm.affected == 2
+    soft = causes["aten._softmax backward"]
+    assert soft.also == ["aten._softmax_backward_data (in backward)"]
+    assert "aten.native_layer_norm_backward (in backward)" not in causes
+    assert soft.tied != norm.tied  # the second of the two equal counts is marked tied
+    assert "tied with the one above" in (soft if soft.tied else norm).line
 
 
 def test_common_cause_without_aten_ops_says_why_and_what_is_shared(fingerprint):

@@ -133,11 +133,15 @@ class Cause:
 
     tied: bool = False             # as likely as the candidate before it (same counts)
     new_since_baseline: int = 0    # affected records that did not dispatch it in the baseline
+    also: list[str] = dataclasses.field(default_factory=list)  # the same records' other names
 
     @property
     def line(self) -> str:
         text = (f"{self.token}: in {self.affected} of {self.affected_total} affected cases, "
                 f"{self.unchanged} of {self.unchanged_total} unchanged")
+        if self.also:
+            text += (f"; the same records dispatch {', '.join(self.also)}: one cause, "
+                     f"{len(self.also) + 1} names")
         if self.new_since_baseline:
             text += (f"; dispatched only since the baseline in {self.new_since_baseline} of "
                      f"{self.affected_total}")
@@ -481,6 +485,19 @@ def aten_tokens(rec: Record) -> Optional[set[str]]:
     return fwd | {f"{o} backward" for o in fwd} | {f"{o} (in backward)" for o in bwd}
 
 
+# Note [One cause, several names]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# A kernel often has two names among the candidates: the derivative of a forward op
+# (``aten.native_layer_norm backward``) and the backward kernel that derivative dispatches
+# (``aten.native_layer_norm_backward (in backward)``). Every record that dispatches one
+# dispatches the other, so the evidence cannot tell them apart, and listed apart they took
+# two of the three places (an ``OMP_NUM_THREADS=1`` run against a two-thread baseline
+# listed layer_norm's backward twice). Candidates dispatched by exactly the same records
+# (and new since the baseline in as many) are one cause: the best-ranked name, the others
+# in ``Cause.also``. Candidates with equal counts but different records stay apart, marked
+# ``tied``.
+
+
 def common_cause(run: RunResults, subjects: list[Subject], limit: int = 3,
                  baseline: Optional[RunResults] = None) -> tuple[list[Cause], str]:
     """Kernels shared by the affected records that unchanged records lack.
@@ -526,13 +543,20 @@ def common_cause(run: RunResults, subjects: list[Subject], limit: int = 3,
         scored.append((-(share - calm_share), -fresh, u, token, a))
     scored.sort()
     causes: list[Cause] = []
-    for _, fresh, u, token, a in scored[:limit]:
-        ops = sorted({rid.split("/")[1] for rid, t in tokens.items()
-                      if t is not None and token in t and rid.split("/")[0] in ("ops",)})
+    named: dict[frozenset, Cause] = {}  # Note [One cause, several names]
+    for _, fresh, u, token, a in scored:
+        where = frozenset(rid for rid, t in tokens.items() if t is not None and token in t)
+        if (where, fresh) in named:
+            named[where, fresh].also.append(token)
+            continue
+        if len(causes) == limit:
+            continue
+        ops = sorted({rid.split("/")[1] for rid in where if rid.split("/")[0] in ("ops",)})
         tied = bool(causes) and (causes[-1].affected, causes[-1].unchanged,
                                  causes[-1].new_since_baseline) == (a, u, -fresh)
         causes.append(Cause(token, a, len(hit), u, len(calm), _cause_filter(token, ops), ops,
                             tied, -fresh))
+        named[where, fresh] = causes[-1]
     note = "" if causes else "the affected records share no kernel the unchanged ones lack"
     return causes, note
 
