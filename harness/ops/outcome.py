@@ -59,7 +59,11 @@ class OpOutcome:
         failing verdicts' messages (``[label] ...``) become the message unless one is set
         already (a structural error, which says more)."""
         for label, verdict in verdicts.items():
-            prefix = f"{label}." if len(verdicts) != 1 else ""
+            if len(verdicts) == 1:  # the usual: one output, its names as they are
+                self.metrics.update(verdict.metrics)
+                self.rules.update(verdict.rules)
+                continue
+            prefix = f"{label}."
             self.metrics.update({prefix + key: value for key, value in verdict.metrics.items()})
             self.rules.update({prefix + key: rule for key, rule in verdict.rules.items()})
         failing = [f"[{label}] {v.message}" for label, v in verdicts.items() if not v.passed]

@@ -301,7 +301,8 @@ def run_case(device, entry: OpEntry, dtype: str, sample: Sample, seed: int = 0,
     torch_dtype = DTYPES[dtype]
     is_float = torch_dtype.is_floating_point
     # a sample without a gradient leaf (the forward-only size samples) has no bwd record
-    backward = entry.backward and is_float and "bwd" in directions and bool(_grad_labels(sample))
+    grad_labels = _grad_labels(sample)
+    backward = entry.backward and is_float and "bwd" in directions and bool(grad_labels)
     wanted = [d for d in directions if d == "fwd" or backward]
     outcomes = {d: OpOutcome(record_id(entry.name, dtype, d, sample.name), d,
                              standard=entry.standard if d == "fwd" else entry.gradient_standard)
@@ -359,7 +360,7 @@ def run_case(device, entry: OpEntry, dtype: str, sample: Sample, seed: int = 0,
                    [label for label, _ in dut_outs], scale_outs, judges.get("fwd"))
     if "bwd" in outcomes:
         _judge_all(outcomes["bwd"], dut_grads or [], ref_grads or [], low_grads,
-                   _grad_labels(sample), scale_grads, judges.get("bwd"))
+                   grad_labels, scale_grads, judges.get("bwd"))
     if seen.fallback:  # right numbers, but on the host CPU
         for outcome in outcomes.values():
             outcome.fallback = list(seen.fallback.ops)
