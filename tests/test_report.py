@@ -211,7 +211,8 @@ def test_common_cause_keeps_kernels_of_different_records_apart_though_tied(finge
         rec = _op(f"moved{index}", "float32", "bwd", "typical", 1e-6, aten, status="fail")
         run.records[rec.id] = rec
         run.outcomes[rec.test] = "failed"
-    causes = {c.token: c for c in report.build(run, base).causes}
+    rep = report.build(run, base)
+    causes = {c.token: c for c in rep.causes}
     norm = causes["aten.native_layer_norm backward"]
     assert norm.also == ["aten.native_layer_norm_backward (in backward)"]
     assert norm.ops == ["moved0", "moved1"] and norm.affected == 2
@@ -220,6 +221,9 @@ def test_common_cause_keeps_kernels_of_different_records_apart_though_tied(finge
     assert "aten.native_layer_norm_backward (in backward)" not in causes
     assert soft.tied != norm.tied  # the second of the two equal counts is marked tied
     assert "tied with the one above" in (soft if soft.tied else norm).line
+    (first,), _ = model.common_cause(run, rep.subjects, limit=1, baseline=base)
+    assert len(first.also) == 1 and first.token in causes  # its other name, not a new cause
+    assert model.common_cause(run, rep.subjects, limit=0, baseline=base)[0] == []
 
 
 def test_common_cause_without_aten_ops_says_why_and_what_is_shared(fingerprint):

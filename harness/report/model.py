@@ -543,14 +543,18 @@ def common_cause(run: RunResults, subjects: list[Subject], limit: int = 3,
         scored.append((-(share - calm_share), -fresh, u, token, a))
     scored.sort()
     causes: list[Cause] = []
-    named: dict[frozenset, Cause] = {}  # Note [One cause, several names]
-    for _, fresh, u, token, a in scored:
+    named: dict[tuple[frozenset, int], Cause] = {}  # Note [One cause, several names]
+    last: Optional[tuple] = None  # the score of the last cause listed
+    for score, fresh, u, token, a in scored:
+        if len(causes) == limit and (score, fresh, u) != last:
+            break  # another name of a listed cause has its counts, so sorts beside it
         where = frozenset(rid for rid, t in tokens.items() if t is not None and token in t)
         if (where, fresh) in named:
             named[where, fresh].also.append(token)
             continue
         if len(causes) == limit:
             continue
+        last = (score, fresh, u)
         ops = sorted({rid.split("/")[1] for rid in where if rid.split("/")[0] in ("ops",)})
         tied = bool(causes) and (causes[-1].affected, causes[-1].unchanged,
                                  causes[-1].new_since_baseline) == (a, u, -fresh)
