@@ -507,9 +507,11 @@ def common_cause(run: RunResults, subjects: list[Subject], limit: int = 3,
     in at least half of the affected records and at most a quarter as common among the
     unchanged; candidates rank by (share among affected -
     share among unchanged), then by how many affected records dispatch it only since the
-    baseline, then by fewest unchanged. Returns the causes and a note (why
-    there is none, when there is none). A record without ``info["aten_ops"]`` uses its
-    baseline record's, if that has them (a baseline recorded with the capture).
+    baseline, then by fewest unchanged. Candidates that exactly the same records dispatch
+    are one cause under several names (Note [One cause, several names]). Returns at most
+    ``limit`` causes and a note (why there is none, when there is none). A record without
+    ``info["aten_ops"]`` uses its baseline record's, if that has them (a baseline recorded
+    with the capture).
     """
     affected_ids = {c.record_id for s in subjects if s.rank <= BEYOND_RULE for c in s.changes}
     affected_ids |= {rid for s in subjects if s.rank <= FAILS for rid in s.records
