@@ -150,8 +150,8 @@ from harness.results import Rule, higher, lower
 
 __all__ = ["STANDARDS", "FLOOR", "DTYPE_LIMITS", "Standard", "Exact", "Absolute", "Ulp",
            "Relative", "Floor", "Measured", "DtypeLimits", "Verdict", "check_table",
-           "compare_outputs", "standard_by_name", "ulp", "INTEGER_RESULTS",
-           "integer_result_dtype"]
+           "compare_outputs", "compare_many", "Request", "standard_by_name", "ulp",
+           "INTEGER_RESULTS", "integer_result_dtype"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -220,12 +220,14 @@ def ulp(reference: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 # as a separate tensor: the OpInfo sweep's, a fault that leaves this op alone, a device
 # whose kernel rounds as the CPU's does) is judged as the DUT's tensor itself (Note [A CPU
 # DUT is its own low] in harness/ops/runner.py): its errors are the DUT's, measured in one
-# row. Measured as a second row of the same statistics, the float64 dot product behind
-# the cosine is BLAS's gemv over two rows instead of one, whose summation order differs
-# on some CPUs (AMD Zen 5 with AVX-512: the CPU's own cosine of an exp in float16 came
-# out 0.9999999973506346 in one row, 0.999999997350635 in two), so the same op had other
-# metrics in the catalog than in the sweep. Equal bits, NaN payloads included, are the
-# test: equal values with another NaN or signed zero are not the same output.
+# row. Measured as a second row of the same statistics, it once gave the same op other
+# metrics in the catalog than in the sweep: the float64 dot product behind the cosine was
+# BLAS's gemv, whose summation order over two rows differs from one row's on some CPUs
+# (AMD Zen 5 with AVX-512: the CPU's own cosine of an exp in float16 came out
+# 0.9999999973506346 in one row, 0.999999997350635 in two). The sums are per-row
+# segment reductions now (Note [Statistics in one pass of torch]), and one row is still
+# half the work. Equal bits, NaN payloads included, are the test: equal values with
+# another NaN or signed zero are not the same output.
 
 _SAME_SIZE_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -247,21 +249,22 @@ def nonfinite_classes(values: torch.Tensor) -> torch.Tensor:
     return nan + inf * torch.where(values > 0, 2, 3).to(torch.int8)
 
 
-def _f(value) -> float:
-    return float(value)
-
-
 # Note [Statistics in one pass of torch]
 # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-# A default run compares ~10,000 outputs, most of them small, so the cost of a comparison
-# is its count of torch calls and of reads back to Python, not its arithmetic. Masked
-# statistics are reductions of ``torch.where`` tensors (boolean indexing copies and
-# synchronises), the scalars of one output are stacked and read with one ``tolist()``, an
-# output without NaN/Inf skips classifying them, and the sign test counts both senses as
-# rows of one tensor. The DUT's error and the CPU's own error in the same dtype are two
-# rows of one pass (:func:`_errors`), or one where the CPU's run is the DUT's own (Note
-# [A CPU DUT is its own low] in :mod:`harness.ops.runner`). The values are the same
-# statistics (sums in another order: within 2e-14 relative of the per-statistic version).
+# A default run compares ~16,000 outputs, most of them small, so the cost of a comparison
+# is its count of torch calls and of reads back to Python, not its arithmetic. So the
+# statistics of every float output of one dtype that a caller hands in together
+# (:func:`compare_many`: the catalog hands in every sample of one op and dtype, Note
+# [Outputs measured together]) are computed in one pass: the outputs' positions are
+# concatenated, each statistic is a reduction per output (``torch.segment_reduce`` over
+# the outputs' lengths), the sums in one call and the maxima in another, read back with
+# one ``tolist()``. Masked statistics are reductions of ``torch.where`` tensors (boolean
+# indexing copies and synchronises), and an output without NaN/Inf skips classifying them.
+# The DUT's error and the CPU's own error in the same dtype are two rows of the same pass,
+# or one where the CPU's run is the DUT's own (Note [A CPU DUT is its own low] in
+# :mod:`harness.ops.runner`). A segment's sum is accumulated from its first position to
+# its last whatever else is in the pass, so an output's statistics do not depend on what
+# it was measured with (tests/test_compare.py checks it bit for bit).
 #
 # In these hot paths tensor arithmetic is written as torch's functions (``torch.sub(x,
 # r)``, ``torch.gt``), not operators: a profiler (cProfile, which
@@ -269,71 +272,155 @@ def _f(value) -> float:
 # kernel behind an operator (``x - r``) to the Python function that wrote it, so only
 # with the functions does the profile tell the harness's own Python from torch's work.
 
+_EMPTY_ERRORS = {"max_abs_err": 0.0, "max_rel_err": 0.0, "mean_rel_err": 0.0, "rmse": 0.0,
+                 "err_balance": 0.0, "small_abs_err": 0.0, "cosine": 1.0}
+_EMPTY_ULPS = {"ulp_mean": 0.0, "ulp_max": 0.0, "ulp_gt1_share": 0.0, "ulp_gt32_share": 0.0}
 
-def _errors(x: torch.Tensor, r: torch.Tensor, limits: DtypeLimits, dtype: torch.dtype,
-            want_ulp: bool, mag: Optional[torch.Tensor] = None
-            ) -> tuple[list[dict[str, float]], torch.Tensor, torch.Tensor, float, int]:
-    """Error statistics of each row of finite ``x`` against finite ``r`` (float64; ``x``
-    ``(k, n)``, ``r`` ``(n,)``): one dict per row, the DUT's and the CPU's own error in
-    one pass (Note [Statistics in one pass of torch]); then the rows' ``|x - r|``, where
-    the magnitude is small (``< limits.small_value``), the magnitude's Euclidean norm and
-    the count of positions where it is not small.
 
-    ``mag`` is the magnitude relative quantities are measured against (Note [Condition
-    of products and reductions]); ``|r|`` when None.
+@dataclasses.dataclass
+class Errors:
+    """What :func:`_errors` measured of one output (one segment of the pass).
+
+    Attributes:
+        rows: the error statistics of each row (the DUT's; then the CPU's own, if measured).
+        normal_count: the positions where the magnitude is not small.
+        mag_norm, mag_max: the magnitude's Euclidean norm and its largest value.
+        signs: the sign test's counts (Note [Error balance]), each a pair over
+            :data:`SENSES`: per row its errors pointing that way (``positive``) and its
+            non-zero errors (``nonzero``); with two rows the elements where the first
+            row's direction is above the second's (``more``), below it (``less``), and
+            the elements compared (``kept``: normal, the second row finite). None
+            unless asked for.
     """
-    rows, n = x.shape
+
+    rows: list[dict[str, float]]
+    normal_count: int
+    mag_norm: float
+    mag_max: float
+    signs: Optional[dict] = None
+
+
+@functools.lru_cache(maxsize=4096)
+def _lengths(lengths: tuple[int, ...], rows: int) -> torch.Tensor:
+    """``lengths`` for each of ``rows`` rows (``torch.segment_reduce``'s argument): a few
+    hundred shapes recur all run long, and a small tensor costs more to make than to use."""
+    return torch.tensor([lengths] * rows)
+
+
+def _errors(x: torch.Tensor, r: torch.Tensor, mag: torch.Tensor, lengths: list[int],
+            limits: DtypeLimits, dtype: torch.dtype, want_ulp: bool, signs: bool = False
+            ) -> tuple[list[Errors], torch.Tensor, torch.Tensor]:
+    """Error statistics of each row of ``x`` (float64, ``(rows, N)``) against finite ``r``
+    (``(N,)``), per output: the positions are ``len(lengths)`` outputs one after the
+    other (Note [Statistics in one pass of torch]). Returns one :class:`Errors` per output,
+    the rows' ``|x - r|`` and where the magnitude is small (``< limits.small_value``).
+
+    ``mag`` is the magnitude relative quantities are measured against: ``|r|``, or the
+    condition's (Note [Condition of products and reductions]). ``signs`` adds the sign
+    test's counts (:attr:`Errors.signs`). The first row is finite; an output whose second
+    row is not has no statistics of that row, only its sign counts where it is finite.
+    """
+    rows, total = x.shape
     diff = torch.sub(x, r)
     err = torch.abs(diff)
-    if n == 0:
-        out = {k: 0.0 for k in ("max_abs_err", "max_rel_err", "mean_rel_err", "rmse",
-                                "err_balance", "small_abs_err")}
-        out["cosine"] = 1.0
-        if want_ulp:
-            out.update(ulp_mean=0.0, ulp_max=0.0, ulp_gt1_share=0.0, ulp_gt32_share=0.0)
-        return [dict(out) for _ in range(rows)], err, torch.zeros(0, dtype=torch.bool), 0.0, 0
-    # Note [Statistics in one pass of torch]: every statistic is a reduction of a
-    # masked tensor (torch.where, never boolean indexing, which copies), over the last
-    # dimension for every row at once, stacked and read back with one tolist()
-    absr = torch.abs(r) if mag is None else mag
-    small = torch.lt(absr, limits.small_value)
-    normal_count = n - int(small.sum())
-    signed = torch.where(small, 0.0, torch.div(diff, absr))
+    small = torch.lt(mag, limits.small_value)
+    if total == 0:
+        empty = {**_EMPTY_ERRORS, **(_EMPTY_ULPS if want_ulp else {})}
+        return ([Errors([dict(empty) for _ in range(rows)], 0, 0.0, 0.0,
+                        _no_signs(rows) if signs else None) for _ in lengths], err, small)
+    signed = torch.where(small, 0.0, torch.div(diff, mag))
     rel = torch.abs(signed)
-    stats = [err.amax(1), rel.amax(1), rel.sum(1), torch.div(torch.mul(diff, diff).sum(1), n),
-             signed.sum(1), torch.where(small, err, 0.0).amax(1),
-             torch.linalg.vector_norm(x, dim=1),
-             torch.linalg.vector_norm(r).expand(rows), torch.mv(x, r)]
-    if mag is not None:  # else |r| is the magnitude, and its norm is r's
-        stats.append(torch.linalg.vector_norm(absr).expand(rows))
+    sums = [rel, torch.mul(diff, diff), signed, torch.mul(x, x), torch.mul(x, r)]
+    maxima = [err, rel, torch.where(small, err, 0.0)]
     if want_ulp:
-        ulps = torch.div(err, ulp(absr, dtype))
-        stats += [ulps.mean(1), ulps.amax(1), torch.gt(ulps, 1).sum(1, dtype=torch.float64),
-                  torch.gt(ulps, 32).sum(1, dtype=torch.float64)]
-    table = torch.stack(stats, 1).tolist()  # every statistic is float64 already
-    mag_norm = table[0][-1 - 4 * want_ulp] if mag is not None else table[0][7]
-    normal = max(normal_count, 1)
-    results = []
-    for values in table:
-        max_abs, max_rel, rel_sum, mse, signed_sum, small_abs, nx, nr, dot = values[:9]
-        out = {"max_abs_err": max_abs,
-               "max_rel_err": max_rel if normal_count else 0.0,
-               "mean_rel_err": rel_sum / normal if normal_count else 0.0,
-               "rmse": math.sqrt(mse),
-               "err_balance": abs(signed_sum / normal) if normal_count else 0.0,
-               "small_abs_err": small_abs if normal_count < n else 0.0}
-        if nx == 0.0 and nr == 0.0:
-            out["cosine"] = 1.0
-        elif nx == 0.0 or nr == 0.0:
-            out["cosine"] = 0.0
-        else:
-            out["cosine"] = min(1.0, dot / (nx * nr))
-        if want_ulp:
-            ulp_mean, ulp_max, gt1, gt32 = values[-4:]
-            out.update(ulp_mean=ulp_mean, ulp_max=ulp_max, ulp_gt1_share=gt1 / n,
-                       ulp_gt32_share=gt32 / n)
-        results.append(out)
-    return results, err, small, mag_norm, normal_count
+        ulps = torch.div(err, ulp(mag, dtype))
+        sums += [ulps, torch.gt(ulps, 1), torch.gt(ulps, 32)]
+        maxima.append(ulps)
+    # per row: len(sums) * rows rows of sums, then r's, the magnitude's and the small
+    # count, then the sign test's counts
+    blocks = [torch.stack(sums).reshape(-1, total),
+              torch.stack([torch.mul(r, r), torch.mul(mag, mag), small])]
+    if signs:  # Note [Error balance]: directions of the normal elements, rows x SENSES
+        normal = torch.logical_not(small)
+        kept = torch.logical_and(torch.isfinite(x[1]), normal) if rows == 2 else None
+        where = normal.unsqueeze(0) if kept is None else torch.stack([normal, kept])
+        dirs = torch.sign(torch.stack([torch.sub(torch.abs(r), torch.abs(x)), torch.sub(r, x)]))
+        blocks += [torch.logical_and(torch.gt(dirs, 0), where).reshape(-1, total),
+                   torch.logical_and(torch.ne(dirs, 0), where).reshape(-1, total)]
+        if kept is not None:
+            blocks += [torch.logical_and(torch.gt(dirs[:, 0], dirs[:, 1]), kept),
+                       torch.logical_and(torch.lt(dirs[:, 0], dirs[:, 1]), kept),
+                       kept.unsqueeze(0)]
+    summed = torch.cat(blocks)
+    peaks = torch.cat([torch.stack(maxima).reshape(-1, total), mag.unsqueeze(0)])
+    key = tuple(lengths)  # the lengths add up to `total` by construction: unsafe skips that check
+    table = torch.cat([
+        torch.segment_reduce(summed, "sum", lengths=_lengths(key, summed.shape[0]), axis=1,
+                             unsafe=True),
+        torch.segment_reduce(peaks, "max", lengths=_lengths(key, peaks.shape[0]), axis=1,
+                             unsafe=True, initial=0.0)]).tolist()  # every value here is >= 0
+    shared = len(sums) * rows  # the row of r's squares; the magnitude's, the small count
+    first_sign = shared + 3    # the sign test's counts: 2 * SENSES * rows, then 5
+    top = summed.shape[0]      # the first row of maxima
+    found = []
+    for j, n in enumerate(lengths):
+        if n == 0:
+            empty = {**_EMPTY_ERRORS, **(_EMPTY_ULPS if want_ulp else {})}
+            found.append(Errors([dict(empty) for _ in range(rows)], 0, 0.0, 0.0,
+                                _no_signs(rows) if signs else None))
+            continue
+        nr = math.sqrt(table[shared][j])
+        normal_count = n - int(table[shared + 2][j])
+        normal = max(normal_count, 1)
+        per_row = []
+        for row in range(rows):
+            rel_sum, squares, signed_sum, xx, dot = (table[s * rows + row][j] for s in range(5))
+            max_abs, max_rel, small_abs = (table[top + s * rows + row][j] for s in range(3))
+            nx = math.sqrt(xx)
+            out = {"max_abs_err": max_abs,
+                   "max_rel_err": max_rel if normal_count else 0.0,
+                   "mean_rel_err": rel_sum / normal if normal_count else 0.0,
+                   "rmse": math.sqrt(squares / n),
+                   "err_balance": abs(signed_sum / normal) if normal_count else 0.0,
+                   "small_abs_err": small_abs if normal_count < n else 0.0}
+            if nx == 0.0 and nr == 0.0:
+                out["cosine"] = 1.0
+            elif nx == 0.0 or nr == 0.0:
+                out["cosine"] = 0.0
+            else:
+                out["cosine"] = min(1.0, dot / (nx * nr))
+            if want_ulp:
+                ulp_sum, gt1, gt32 = (table[s * rows + row][j] for s in range(5, 8))
+                out.update(ulp_mean=ulp_sum / n, ulp_max=table[top + 3 * rows + row][j],
+                           ulp_gt1_share=gt1 / n, ulp_gt32_share=gt32 / n)
+            per_row.append(out)
+        found.append(Errors(per_row, normal_count, math.sqrt(table[shared + 1][j]),
+                            table[-1][j], _signs(table, first_sign, rows, j) if signs else None))
+    return found, err, small
+
+
+def _no_signs(rows: int) -> dict:
+    """:attr:`Errors.signs` of an output without elements."""
+    found = {"positive": [[0, 0] for _ in range(rows)], "nonzero": [[0, 0] for _ in range(rows)]}
+    if rows == 2:
+        found.update(more=[0, 0], less=[0, 0], kept=0)
+    return found
+
+
+def _signs(table: list[list[float]], first: int, rows: int, j: int) -> dict:
+    """:attr:`Errors.signs` of segment ``j``, read from the pass's ``table`` (counts are
+    sums of booleans, exact in float64)."""
+    def pair(row: int) -> list[int]:
+        return [int(table[row][j]), int(table[row + rows][j])]  # the senses are rows apart
+
+    found = {"positive": [pair(first + row) for row in range(rows)],
+             "nonzero": [pair(first + 2 * rows + row) for row in range(rows)]}
+    if rows == 2:
+        more = first + 4 * rows
+        found.update(more=[int(table[more][j]), int(table[more + 1][j])],
+                     less=[int(table[more + 2][j]), int(table[more + 3][j])],
+                     kept=int(table[more + 4][j]))
+    return found
 
 
 def _fmt(value: float) -> str:
@@ -376,6 +463,13 @@ class Measured:
         ref_m: the CPU's own error statistics in the DUT's dtype, or None.
         low_err: the CPU's own error per element (0 where it is not finite), or None.
         rms_ref: the RMS of ``mag``.
+        mag_max: the largest value of ``mag`` (0 where there is none).
+        signs: the sign test's counts for fp16/bf16 (Note [Error balance]), pairs over
+            :data:`SENSES`: the DUT's errors pointing that way (``positive``) and its
+            non-zero ones (``nonzero``); with a low-precision reference the CPU's
+            (``cpu_positive``, ``cpu_nonzero``), the elements where the DUT's direction
+            is above the CPU's (``more``) or below (``less``) and the count compared
+            (``kept``). None for other dtypes.
         conditioned: whether ``mag`` includes a condition ``scale``.
         nan_inf: the count of NaN/Inf positions that disagree.
         metrics: what the verdict reports; judges add their own.
@@ -395,9 +489,11 @@ class Measured:
     ref_m: Optional[dict[str, float]]
     low_err: Optional[torch.Tensor]
     rms_ref: float
+    mag_max: float
     conditioned: bool
     nan_inf: int
     metrics: dict[str, float]
+    signs: Optional[dict] = None
 
 
 @dataclasses.dataclass
@@ -451,8 +547,8 @@ class Standard:
 
     def rules(self, metrics: dict[str, float], out: Measured) -> dict[str, Rule]:
         """Baseline rules: an error metric may not double (above a floor of one epsilon)."""
-        eps, fr = out.eps, out.mag
-        scale = max(_f(fr.amax()) if fr.numel() else 0.0, 1e-30)  # mag is >= 0
+        eps = out.eps
+        scale = max(out.mag_max, 1e-30)
         within_eps = _within_eps(eps)
         rules = {"max_abs_err": lower(2.0, eps * scale),
                  "max_rel_err": within_eps,
@@ -717,41 +813,20 @@ class Floor:
         return []
 
     def _sign_test(self, out: Measured) -> list[str]:
-        """The paired sign test of the error directions (Note [Error balance]); both
-        senses at once, as rows of one tensor, its counts read back with one tolist()."""
-        all_normal = out.normal_count == out.small.numel()
-        normal = None if all_normal else torch.logical_not(out.small)
-        ref = out.ref if all_normal else torch.masked_select(out.ref, normal)
-        absref = torch.abs(ref)
-
-        def directions(x: torch.Tensor) -> torch.Tensor:  # rows: SENSES
-            return torch.sign(torch.stack([torch.sub(absref, torch.abs(x)), torch.sub(ref, x)]))
-
-        dut_dirs = directions(out.dut if all_normal else torch.masked_select(out.dut, normal))
-        counts = [torch.gt(dut_dirs, 0), torch.ne(dut_dirs, 0)]
-        own_low = out.low is out.dut  # Note [A CPU DUT is its own low]: the same directions
-        if out.low is not None and not own_low:
-            low = out.low if all_normal else torch.masked_select(out.low, normal)
-            keep = torch.isfinite(low)
-            cpu = directions(low)
-            counts += [torch.logical_and(torch.gt(cpu, 0), keep),
-                       torch.logical_and(torch.ne(cpu, 0), keep),
-                       torch.logical_and(torch.gt(dut_dirs, cpu), keep),
-                       torch.logical_and(torch.lt(dut_dirs, cpu), keep), keep.expand(2, -1)]
-        rows = torch.stack(counts).sum(2).tolist()
-        if own_low:  # the CPU's counts are the DUT's; none more, none less; all kept
-            n = dut_dirs.shape[1]
-            rows += [rows[0], rows[1], [0, 0], [0, 0], [n, n]]
+        """The paired sign test of the error directions (Note [Error balance]), on the
+        counts the measurement made (:attr:`Measured.signs`)."""
+        counts = out.signs
         for i, sense in enumerate(SENSES):
-            out.metrics[f"{sense}_share"] = _share(rows[0][i], rows[1][i])
+            out.metrics[f"{sense}_share"] = _share(counts["positive"][i], counts["nonzero"][i])
         if out.low is None:
             return []
-        n = rows[6][0]
+        n = counts["kept"]
         alpha, min_excess = self.limits["sign_test_p"], self.limits["sign_min_excess"]
         failures, p_min = [], 1.0
         for i, sense in enumerate(SENSES):
-            out.metrics[f"ref_{sense}_share"] = _share(rows[2][i], rows[3][i])
-            more, less = rows[4][i], rows[5][i]
+            out.metrics[f"ref_{sense}_share"] = _share(counts["cpu_positive"][i],
+                                                       counts["cpu_nonzero"][i])
+            more, less = counts["more"][i], counts["less"][i]
             p = _binomial_p(more, less)
             p_min = min(p_min, p)
             excess = (more - less) / max(n, 1)
@@ -859,6 +934,17 @@ _check_standards()
 
 # -------------------------------------------------------------------------- verdict
 
+@dataclasses.dataclass(frozen=True)
+class Request:
+    """One output to judge: :func:`compare_outputs`' arguments, for :func:`compare_many`."""
+
+    dut: torch.Tensor
+    reference: torch.Tensor
+    reference_lowp: Optional[torch.Tensor]
+    standard: str
+    scale: Optional[torch.Tensor] = None
+
+
 def compare_outputs(dut: torch.Tensor, reference: torch.Tensor,
                     reference_lowp: Optional[torch.Tensor] = None, *,
                     standard: str, scale: Optional[torch.Tensor] = None) -> Verdict:
@@ -877,12 +963,60 @@ def compare_outputs(dut: torch.Tensor, reference: torch.Tensor,
             up-cast dtype (Note [Condition of products and reductions]); relative errors
             are measured against ``max(|reference|, scale)``. None: against ``|reference|``.
     """
-    judge = standard_by_name(standard)
-    own_low = reference_lowp is dut  # Note [A CPU DUT is its own low]: measured once
-    dut = dut.detach().cpu()
-    ref = reference.detach().cpu()
-    lowp = dut if own_low else (reference_lowp.detach().cpu() if reference_lowp is not None
-                                else None)
+    return compare_many([Request(dut, reference, reference_lowp, standard, scale)])[0]
+
+
+# Note [Outputs measured together]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# ``compare_many`` judges a list of outputs as ``compare_outputs`` judges each: the same
+# standards, the same floor, the same verdict. What it shares is the measurement: the
+# float outputs of one dtype (and one need of ULPs) are measured in one pass of torch
+# (Note [Statistics in one pass of torch]), about a fifth of the torch calls per output
+# when a caller hands in ten. ``compare_outputs`` is ``compare_many`` of one, so there is
+# one way to judge an output, and an output's metrics are the same bits whichever outputs
+# it was measured with.
+
+
+@dataclasses.dataclass
+class _Float:
+    """A float output ready to measure (:func:`_prepare`)."""
+
+    judge: Standard
+    standard: str
+    dut: torch.Tensor
+    ref: torch.Tensor
+    lowp: Optional[torch.Tensor]  # *is* dut where the DUT's run is the CPU's own
+    mag: Optional[torch.Tensor]   # |scale| in float64, or None
+
+
+def compare_many(requests: list[Request]) -> list[Verdict]:
+    """:func:`compare_outputs` of each request, in order; the float outputs of one dtype
+    are measured together (Note [Outputs measured together])."""
+    verdicts: list[Optional[Verdict]] = [None] * len(requests)
+    groups: dict[tuple, list[tuple[int, _Float]]] = {}
+    for index, request in enumerate(requests):
+        prepared = _prepare(request)
+        if isinstance(prepared, Verdict):
+            verdicts[index] = prepared
+        else:
+            key = (prepared.dut.dtype, prepared.judge.wants_ulp)
+            groups.setdefault(key, []).append((index, prepared))
+    for (dtype, want_ulp), members in groups.items():
+        items = [item for _, item in members]
+        for (index, item), measured in zip(members, _measure(items, dtype, want_ulp)):
+            verdicts[index] = _verdict(item, *measured)
+    return verdicts
+
+
+def _prepare(request: Request):
+    """The request's :class:`Verdict` where no measurement is needed (a shape mismatch,
+    an exact standard, a non-float output), else its :class:`_Float`."""
+    judge = standard_by_name(request.standard)
+    own_low = request.reference_lowp is request.dut  # Note [A CPU DUT is its own low]
+    dut = request.dut.detach().cpu()
+    ref = request.reference.detach().cpu()
+    lowp = dut if own_low else (request.reference_lowp.detach().cpu()
+                                if request.reference_lowp is not None else None)
     if lowp is not None and lowp is not dut and _same_bits(lowp, dut):
         lowp = dut  # Note [A low equal to the DUT is the DUT]
     if dut.is_complex() or ref.is_complex():
@@ -892,59 +1026,66 @@ def compare_outputs(dut: torch.Tensor, reference: torch.Tensor,
         return Verdict(False, {"numel": float(dut.numel()), "shape_mismatch": 1.0},
                        {"shape_mismatch": _NONE_MORE},
                        f"shape mismatch: dut {tuple(dut.shape)} vs reference "
-                       f"{tuple(ref.shape)} (standard {standard!r})")
+                       f"{tuple(ref.shape)} (standard {request.standard!r})")
     if not dut.is_floating_point() or isinstance(judge, Exact) or dut.dtype not in DTYPE_LIMITS:
-        return STANDARDS["exact"].verdict(dut, ref, standard)
+        return STANDARDS["exact"].verdict(dut, ref, request.standard)
     mag = None
-    if scale is not None:
-        scale = scale.detach().cpu()
+    if request.scale is not None:
+        scale = request.scale.detach().cpu()
         if scale.shape != ref.shape:
             raise ValueError(f"scale has shape {tuple(scale.shape)}, the reference "
                              f"{tuple(ref.shape)}; pass the op evaluated on |inputs|")
         mag = scale.double().abs()
-    out, d, r, finite, nonfinite_bad = _measure(dut, ref, lowp, judge.wants_ulp, mag)
-    judgement = judge.judge(out)
-    bad_finite = torch.gt(out.err, judgement.allowance)
-    bad_count = int(bad_finite.sum())
+    return _Float(judge, request.standard, dut, ref, lowp, mag)
+
+
+def _verdict(item: _Float, out: Measured, d, r, finite, nonfinite_bad) -> Verdict:
+    """The verdict of one measured float output under its standard and the floor."""
+    judgement = item.judge.judge(out)
+    bad_count = int(torch.gt(out.err, judgement.allowance).sum())
     mismatched = bad_count + out.nan_inf
     out.metrics["mismatched"] = float(mismatched)
     failures = list(judgement.failures)
     if judgement.mismatches_fail and bad_count:
         failures.append(f"{bad_count} element(s) outside {judgement.described}")
     failures += FLOOR.judge(out)
-    rules = judge.rules(out.metrics, out)
+    rules = item.judge.rules(out.metrics, out)
     if not failures:
         return Verdict(True, out.metrics, rules, "")
     return Verdict(False, out.metrics, rules,
-                   _message(dut, d, r, finite, nonfinite_bad, out.err, judgement.allowance,
-                            out.mag, standard, judgement.described, failures, mismatched,
-                            dut.numel()))
+                   _message(item.dut, d, r, finite, nonfinite_bad, out.err,
+                            judgement.allowance, out.mag, item.standard, judgement.described,
+                            failures, mismatched, item.dut.numel()))
 
 
-def _measure(dut: torch.Tensor, ref: torch.Tensor, lowp: Optional[torch.Tensor],
-             want_ulp: bool, scale: Optional[torch.Tensor]):
-    """``(Measured, d, r, finite, nonfinite_bad)`` for one float output: the statistics
-    every judge reads, plus the flat tensors the message points into (``finite`` and
-    ``nonfinite_bad`` None where every value is finite). ``lowp`` *is* ``dut`` where the
-    DUT's run is the CPU's own (Note [A CPU DUT is its own low] in harness/ops/runner.py):
-    its errors are then the DUT's, measured once, and ``Measured.low`` is ``Measured.dut``."""
-    dtype = dut.dtype
-    limits = DTYPE_LIMITS[dtype]
-    d = dut.double().reshape(-1)
-    r = ref.double().reshape(-1)
-    r_cast = ref.to(dtype).double().reshape(-1)  # Note [Non-finite values]
-    has_low = lowp is not None and lowp.shape == dut.shape
-    lw = (d if lowp is dut else lowp.double().reshape(-1)) if has_low else None
-    # the usual output (a float64 sum is finite only if every value is, the CPU's too):
-    # nothing to classify, every position compared (None: no mask, for _message)
-    all_finite = bool(torch.isfinite(torch.cat((d, r, r_cast) if lw is None or lw is d
-                                               else (d, r, r_cast, lw)).sum()))
+@dataclasses.dataclass
+class _Positions:
+    """One output's flat values and which of them are compared (:func:`_measure`)."""
+
+    d: torch.Tensor                # the DUT's values, float64, every position
+    r: torch.Tensor                # the reference's
+    finite: Optional[torch.Tensor]         # compared positions; None: every one
+    nonfinite_bad: Optional[torch.Tensor]  # NaN/Inf disagreements; None: none possible
+    nan_inf: int
+    fd: torch.Tensor               # the compared positions of d, r, the low and the scale
+    fr: torch.Tensor
+    low: Optional[torch.Tensor]    # is fd where the CPU's own run is the DUT's
+    low_finite: bool
+    fscale: Optional[torch.Tensor]
+
+
+def _positions(item: _Float, d, r, r_cast, lw, has_low: bool, all_finite: bool) -> _Positions:
+    """Which positions of one output are compared (Note [Non-finite values]); ``lw`` is
+    ``d`` where the DUT's run is the CPU's own (Note [A CPU DUT is its own low])."""
+    if not all_finite:  # the usual output has no NaN/Inf anywhere: nothing to classify
+        all_finite = bool(torch.isfinite(torch.cat((d, r, r_cast) if lw is None or lw is d
+                                                   else (d, r, r_cast, lw)).sum()))
     if all_finite or (lw is not None and lw is not d
                       and bool(torch.isfinite(torch.cat((d, r, r_cast)).sum()))):
-        nonfinite_bad = finite = None
+        finite = nonfinite_bad = None
         nan_inf = 0
         fd, fr = d, r
-        fscale = scale.reshape(-1) if scale is not None else None
+        fscale = item.mag.reshape(-1) if item.mag is not None else None
     else:
         dclass, rclass = nonfinite_classes(d), nonfinite_classes(r_cast)
         nonfinite_bad = dclass != rclass
@@ -953,45 +1094,118 @@ def _measure(dut: torch.Tensor, ref: torch.Tensor, lowp: Optional[torch.Tensor],
         nan_inf = int(nonfinite_bad.sum())
         finite = (dclass == 0) & (rclass == 0) & torch.isfinite(r)
         fd, fr = d[finite], r[finite]
-        fscale = scale.reshape(-1)[finite] if scale is not None else None
-    # the magnitude every relative quantity is measured against (Note [Condition ...])
-    fmag = fr.abs() if scale is None else torch.maximum(
-        fr.abs(), fscale.nan_to_num(nan=0.0, posinf=0.0))
-    ref_m = low_err = low = None
-    low_finite = False
+        fscale = item.mag.reshape(-1)[finite] if item.mag is not None else None
+    low, low_finite = None, False
     if has_low:
         low = fd if lw is d else (lw if nan_inf == 0 and fd is d else lw[finite])
         low_finite = low is fd or all_finite or bool(torch.isfinite(low).all())
-    if low_finite and low is not fd:  # the usual case: the DUT's and the CPU's own error
-        (m, ref_m), errs, small, mag_norm, normal_count = _errors(   # in one pass
-            torch.stack([fd, low]), fr, limits, dtype, want_ulp, fmag)
-        err, low_err = errs[0], errs[1]
-    else:
-        (m,), errs, small, mag_norm, normal_count = _errors(fd.unsqueeze(0), fr, limits, dtype,
-                                                            want_ulp, fmag)
-        err = errs[0]
-        if low is fd:  # the DUT's own run: the CPU's own error is the DUT's
+    return _Positions(d, r, finite, nonfinite_bad, nan_inf, fd, fr, low, low_finite, fscale)
+
+
+def _sign_counts(errors: Errors, two: bool, has_low: bool, normal_count: int
+                 ) -> Optional[dict]:
+    """:attr:`Measured.signs` of one output from its pass (None where none were counted):
+    the DUT's counts, and the CPU's and the paired ones where there is a low-precision
+    reference; the CPU's are the DUT's where its run is the DUT's own."""
+    if errors.signs is None:
+        return None
+    counts = errors.signs
+    found = {"positive": counts["positive"][0], "nonzero": counts["nonzero"][0]}
+    if two:
+        found.update(cpu_positive=counts["positive"][1], cpu_nonzero=counts["nonzero"][1],
+                     more=counts["more"], less=counts["less"], kept=counts["kept"])
+    elif has_low:  # Note [A CPU DUT is its own low]: none more, none less, all kept
+        found.update(cpu_positive=found["positive"], cpu_nonzero=found["nonzero"],
+                     more=[0, 0], less=[0, 0], kept=normal_count)
+    return found
+
+
+def _measure(items: list[_Float], dtype: torch.dtype, want_ulp: bool) -> list[tuple]:
+    """``(Measured, d, r, finite, nonfinite_bad)`` for each float output of ``dtype``,
+    measured in one pass (Note [Outputs measured together]): the statistics every judge
+    reads, plus the flat tensors the message points into (``finite`` and
+    ``nonfinite_bad`` None where every value is finite). An item's ``lowp`` *is* its
+    ``dut`` where the DUT's run is the CPU's own (Note [A CPU DUT is its own low] in
+    harness/ops/runner.py): its errors are then the DUT's, measured once, and
+    ``Measured.low`` is ``Measured.dut``."""
+    limits = DTYPE_LIMITS[dtype]
+    sizes = [item.dut.numel() for item in items]
+    has_low = [item.lowp is not None and item.lowp.shape == item.dut.shape for item in items]
+    distinct = [low and item.lowp is not item.dut for low, item in zip(has_low, items)]
+    d_all = torch.cat([item.dut.reshape(-1) for item in items]).double()
+    r_all = torch.cat([item.ref.reshape(-1) for item in items]).double()
+    r_cast = r_all.to(dtype).double()  # Note [Non-finite values]
+    l_all = (torch.cat([(item.lowp if dist else item.dut).reshape(-1)
+                        for dist, item in zip(distinct, items)]).double()
+             if any(distinct) else None)
+    # the usual batch (a float64 sum is finite only if every value is, the CPU's too)
+    all_finite = bool(torch.isfinite(torch.cat((d_all, r_all, r_cast) if l_all is None
+                                               else (d_all, r_all, r_cast, l_all)).sum()))
+    places, start = [], 0
+    for item, size, low, dist in zip(items, sizes, has_low, distinct):
+        end = start + size
+        d = d_all[start:end]
+        lw = (l_all[start:end] if dist else d) if low else None
+        places.append(_positions(item, d, r_all[start:end], r_cast[start:end], lw, low,
+                                 all_finite))
+        start = end
+    # the pass: the DUT's row, and the CPU's own where some output has one of its own (its
+    # statistics are read only where it is finite; its sign counts where it is finite)
+    second = [p.low is not None and p.low is not p.fd for p in places]
+    compacted = not all_finite and any(p.fd is not p.d for p in places)
+    fd = torch.cat([p.fd for p in places]) if compacted else d_all
+    fr = torch.cat([p.fr for p in places]) if compacted else r_all
+    rows = [fd]
+    if any(second):
+        rows.append(torch.cat([p.low if two else p.fd for p, two in zip(places, second)])
+                    if compacted or not all(second) else l_all)
+    mag = torch.abs(fr)
+    if any(item.mag is not None for item in items):  # Note [Condition of products ...]
+        scale = torch.cat([p.fscale if p.fscale is not None else torch.zeros_like(p.fr)
+                           for p in places])
+        mag = torch.maximum(mag, scale.nan_to_num(nan=0.0, posinf=0.0))
+    lengths = [p.fd.numel() for p in places]
+    found, errs, small = _errors(torch.stack(rows) if len(rows) > 1 else fd.unsqueeze(0),
+                                 fr, mag, lengths, limits, dtype, want_ulp,
+                                 signs=dtype in LOW_PRECISION)
+    measured, start = [], 0
+    for item, p, errors, two, size in zip(items, places, found, second, lengths):
+        end = start + size
+        m = errors.rows[0]
+        err = errs[0, start:end]
+        fmag = mag[start:end]
+        ref_m = low_err = None
+        low = p.low
+        if two and p.low_finite:  # the usual case: the DUT's and the CPU's own error in one pass
+            ref_m, low_err = errors.rows[1], errs[1, start:end]
+        elif low is p.fd and low is not None:  # the DUT's own run: its errors are the CPU's
             ref_m, low_err = dict(m), err
-    metrics: dict[str, float] = dict(m)
-    metrics["nan_inf_mismatch"] = float(nan_inf)
-    metrics["numel"] = float(dut.numel())
-    rms_ref = mag_norm / math.sqrt(fr.numel()) if fr.numel() else 0.0
-    if has_low:
-        if not low_finite:
+        elif low is not None:  # the CPU's own run has NaN/Inf where the DUT has none
             lfinite = torch.isfinite(low)
-            (ref_m,), *_ = _errors(low[lfinite].unsqueeze(0), fr[lfinite], limits, dtype,
-                                   want_ulp, fmag[lfinite])
-            low_err = (low - fr).abs().nan_to_num(nan=0.0, posinf=0.0)
+            (ref_errors,), _, _ = _errors(low[lfinite].unsqueeze(0), p.fr[lfinite],
+                                          fmag[lfinite], [int(lfinite.sum())], limits,
+                                          dtype, want_ulp)
+            ref_m = ref_errors.rows[0]
+            low_err = (low - p.fr).abs().nan_to_num(nan=0.0, posinf=0.0)
             low = torch.where(lfinite, low, math.nan)
-        metrics["ref_cosine"] = ref_m["cosine"]
-        for key in ("max_rel_err", "mean_rel_err", "rmse", "small_abs_err", "err_balance",
-                    *(("ulp_gt1_share", "ulp_gt32_share", "ulp_mean") if want_ulp else ())):
-            metrics[f"ref_{key}"] = ref_m[key]
-    out = Measured(dtype=dtype, limits=limits, eps=_EPS[dtype], dut=fd, ref=fr,
-                   low=low, mag=fmag, err=err, small=small, normal_count=normal_count,
-                   m=m, ref_m=ref_m, low_err=low_err, rms_ref=rms_ref,
-                   conditioned=scale is not None, nan_inf=nan_inf, metrics=metrics)
-    return out, d, r, finite, nonfinite_bad
+        metrics: dict[str, float] = dict(m)
+        metrics["nan_inf_mismatch"] = float(p.nan_inf)
+        metrics["numel"] = float(item.dut.numel())
+        if ref_m is not None:
+            metrics["ref_cosine"] = ref_m["cosine"]
+            for key in ("max_rel_err", "mean_rel_err", "rmse", "small_abs_err", "err_balance",
+                        *(("ulp_gt1_share", "ulp_gt32_share", "ulp_mean") if want_ulp else ())):
+                metrics[f"ref_{key}"] = ref_m[key]
+        out = Measured(dtype=dtype, limits=limits, eps=_EPS[dtype], dut=p.fd, ref=p.fr,
+                       low=low, mag=fmag, err=err, small=small[start:end],
+                       normal_count=errors.normal_count, m=m, ref_m=ref_m, low_err=low_err,
+                       rms_ref=errors.mag_norm / math.sqrt(size) if size else 0.0,
+                       mag_max=errors.mag_max, conditioned=item.mag is not None,
+                       nan_inf=p.nan_inf, metrics=metrics,
+                       signs=_sign_counts(errors, two, low is not None, errors.normal_count))
+        measured.append((out, p.d, p.r, p.finite, p.nonfinite_bad))
+        start = end
+    return measured
 
 
 def _message(dut, d, r, finite, nonfinite_bad, err, allowance, absr, standard,

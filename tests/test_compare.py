@@ -381,11 +381,13 @@ def test_errors_of_two_rows_in_one_pass_equal_each_row_alone(want_ulp):
     dut = ref.half().double()
     low = (ref * (1 + 2e-3 * torch.randn(300, generator=gen, dtype=torch.float64))).half().double()
     limits = DTYPE_LIMITS[torch.float16]
-    both, *_ = _errors(torch.stack([dut, low]), ref, limits, torch.float16, want_ulp)
-    alone = [_errors(row.unsqueeze(0), ref, limits, torch.float16, want_ulp)[0][0]
-             for row in (dut, low)]
-    assert both[0] != both[1]  # two different kernels' errors, not one row twice
-    for pair, single in zip(both, alone):
+    mag = ref.abs()
+    (both,), *_ = _errors(torch.stack([dut, low]), ref, mag, [300], limits, torch.float16,
+                          want_ulp)
+    alone = [_errors(row.unsqueeze(0), ref, mag, [300], limits, torch.float16,
+                     want_ulp)[0][0].rows[0] for row in (dut, low)]
+    assert both.rows[0] != both.rows[1]  # two different kernels' errors, not one row twice
+    for pair, single in zip(both.rows, alone):
         assert pair.keys() == single.keys()
         for key, value in single.items():
             assert pair[key] == pytest.approx(value, rel=1e-14, abs=1e-300), key
@@ -400,15 +402,15 @@ def test_errors_return_where_the_magnitude_is_small_and_its_norm(want_ulp, scale
     gen = torch.Generator().manual_seed(4)
     ref = torch.randn(200, generator=gen, dtype=torch.float64)
     ref[:5] = 1e-6
-    mag = torch.maximum(ref.abs(), torch.full_like(ref, 0.5)) if scaled else None
+    expected = torch.maximum(ref.abs(), torch.full_like(ref, 0.5)) if scaled else ref.abs()
     limits = DTYPE_LIMITS[torch.float16]
-    _, err, small, norm, normal_count = _errors(ref.half().double().unsqueeze(0), ref, limits,
-                                                torch.float16, want_ulp, mag)
-    expected = mag if scaled else ref.abs()
+    (found,), err, small = _errors(ref.half().double().unsqueeze(0), ref, expected, [200],
+                                   limits, torch.float16, want_ulp)
     assert torch.equal(small, expected < limits.small_value)
     assert int(small.sum()) == (0 if scaled else 5)
-    assert normal_count == 200 - int(small.sum())
-    assert norm == pytest.approx(float(expected.norm()), rel=1e-14)
+    assert found.normal_count == 200 - int(small.sum())
+    assert found.mag_norm == pytest.approx(float(expected.norm()), rel=1e-14)
+    assert found.mag_max == float(expected.max())
     assert torch.equal(err[0], (ref.half().double() - ref).abs())
 
 
@@ -482,3 +484,78 @@ def test_a_low_with_the_duts_bits_is_the_duts_and_one_bit_more_is_not(dtype):
     assert compare._same_bits(dut.clone(), dut)
     assert not compare._same_bits(torch.tensor([0.0]), torch.tensor([-0.0]))
     assert not compare._same_bits(dut, dut.double())
+
+
+# ------------------------------------------------- Note [Outputs measured together]
+
+def _mixed_requests() -> list:
+    """Outputs of every kind a test hands in at once: dtypes, standards, a low or none or
+    the DUT's own, a condition scale, NaN/Inf (in the DUT, the reference and the low), an
+    empty output, a non-float one, a shape mismatch, failing ones."""
+    gen = torch.Generator().manual_seed(21)
+    requests = []
+    for dtype in (torch.float16, torch.bfloat16, torch.float32):
+        up = torch.float64 if dtype == torch.float32 else torch.float32
+        for n, standard in ((257, "relative"), (64, "absolute"), (96, "ulp"), (5, "relative")):
+            ref = torch.randn(n, generator=gen, dtype=torch.float64)
+            ref[:2] = 1e-7  # small values
+            dut = ref.to(dtype)
+            low = (ref * (1 + 1e-3 * torch.randn(n, generator=gen, dtype=torch.float64))).to(dtype)
+            requests += [compare.Request(dut, ref.to(up), low, standard),
+                         compare.Request(dut, ref.to(up), dut, standard),
+                         compare.Request(dut, ref.to(up), None, standard),
+                         compare.Request((ref * 1.01).to(dtype), ref.to(up), low, standard),
+                         compare.Request(dut, ref.to(up), low, standard,
+                                         scale=ref.abs().to(up) + 1.0)]
+        specials = torch.randn(40, generator=gen, dtype=torch.float64)
+        specials[:3] = torch.tensor([math.inf, -math.inf, math.nan])
+        nan_low = specials.to(dtype).clone()
+        nan_low[10] = math.nan  # the CPU's own run has a NaN where the DUT has a number
+        requests += [compare.Request(specials.to(dtype), specials.to(up), specials.to(dtype),
+                                     "relative"),
+                     compare.Request(specials.to(dtype), specials.to(up), nan_low, "relative"),
+                     compare.Request(torch.zeros(0, dtype=dtype), torch.zeros(0, dtype=up), None,
+                                     "relative")]
+    requests += [compare.Request(torch.arange(5), torch.arange(5), None, "exact"),
+                 compare.Request(torch.ones(3), torch.ones(4, dtype=torch.float64), None,
+                                 "relative")]
+    return requests
+
+
+def test_outputs_measured_together_are_judged_as_each_alone():
+    """Note [Outputs measured together]: ``compare_many`` gives every output the verdict
+    ``compare_outputs`` gives it alone, its message, rules and metrics to the last bit,
+    whatever it was measured with, failures included."""
+    requests = _mixed_requests()
+    together = compare.compare_many(requests)
+    alone = [compare_outputs(r.dut, r.reference, r.reference_lowp, standard=r.standard,
+                             scale=r.scale) for r in requests]
+    reversed_order = compare.compare_many(requests[::-1])[::-1]
+    assert not all(v.passed for v in alone) and any(v.passed for v in alone)
+    for index, (one, two, three) in enumerate(zip(alone, together, reversed_order)):
+        for verdict in (two, three):
+            assert (verdict.passed, verdict.message) == (one.passed, one.message), index
+            assert {k: r.json for k, r in verdict.rules.items()} == \
+                   {k: r.json for k, r in one.rules.items()}, index
+            assert verdict.metrics.keys() == one.metrics.keys(), index
+            for key, value in one.metrics.items():  # NaN never; bits, not approximately
+                assert math.copysign(1, verdict.metrics[key]) == math.copysign(1, value)
+                assert verdict.metrics[key] == value, (index, key)
+
+
+def test_a_low_with_a_nan_of_its_own_is_counted_only_where_it_is_finite():
+    """The sign test's CPU counts and paired counts skip the positions where the CPU's own
+    run is not finite (Note [Error balance]); the DUT's counts keep them."""
+    ref = torch.linspace(1.0, 2.0, 100, dtype=torch.float32)
+    dut = (ref.double() * (1 - 2e-3)).half()  # every error toward zero
+    low = ref.half().clone()
+    low[:10] = math.nan
+    verdict = compare_outputs(dut, ref, low, standard="relative")
+    (out, *_), = compare._measure([compare._prepare(compare.Request(dut, ref, low, "relative"))],
+                                  torch.float16, False)
+    assert out.signs["kept"] == 90
+    assert out.signs["nonzero"] == out.signs["positive"] == [100, 100]  # positive: below too
+    assert max(out.signs["cpu_nonzero"]) <= 90
+    assert out.signs["more"][0] + out.signs["less"][0] <= 90
+    assert verdict.metrics["toward_zero_share"] == 1.0
+    assert verdict.metrics["ref_toward_zero_share"] < 1.0
