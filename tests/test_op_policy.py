@@ -320,3 +320,58 @@ def test_a_bare_cpu_runs_without_the_fallback_capture_and_a_fault_brings_it_back
     faked = run_case(cpu, entry, "float32", entry.samples[0])
     assert len(opened) == 2  # measured and noted, each with its capture
     assert {o.status for o in faked} == {"fallback"}
+
+
+# ------------------------------------------- Note [A test's outputs judged together]
+
+def _same_outcomes(a: list[OpOutcome], b: list[OpOutcome]) -> None:
+    assert [(o.id, o.status, o.message, o.standard, o.fallback) for o in a] == \
+           [(o.id, o.status, o.message, o.standard, o.fallback) for o in b]
+    assert [o.metrics for o in a] == [o.metrics for o in b]  # bits: one pass or many
+    assert [{k: r.json for k, r in o.rules.items()} for o in a] == \
+           [{k: r.json for k, r in o.rules.items()} for o in b]
+
+
+@pytest.mark.parametrize("fault", [None, "ops.exp_rel_error"])
+@pytest.mark.parametrize("held", [None, 1])
+def test_a_tests_cases_judged_together_are_judged_as_each_alone(cpu, monkeypatch, fault, held):
+    """run_cases hands back, case by case in order, exactly what run_case gives each case
+    alone (statuses, messages, metrics to the bit, rules), a failing case among passing
+    ones included, whether it judges every case at once or each as soon as it is run
+    (``JUDGED_TOGETHER`` 1)."""
+    from harness.ops import runner
+
+    if held is not None:
+        monkeypatch.setattr(runner, "JUDGED_TOGETHER", held)
+    if fault is not None:
+        faults.set_active([fault])
+    cases = [(dtype, sample, ("fwd", "bwd")) for name in ("exp", "mm", "argmax")
+             for dtype in ("float32", "float16") for sample in BY_NAME[name].samples
+             if not sample.slow and dtype in BY_NAME[name].all_dtypes]
+    entries = {name: [c for c in cases if c[1] in BY_NAME[name].samples]
+               for name in ("exp", "mm", "argmax")}
+    for name, own in entries.items():
+        together = list(runner.run_cases(cpu, BY_NAME[name], own))
+        assert [case for case, _ in together] == [(dtype, sample) for dtype, sample, _ in own]
+        for (dtype, sample, directions), (_, outcomes) in zip(own, together):
+            _same_outcomes(outcomes, run_case(cpu, BY_NAME[name], dtype, sample, 0, directions))
+    if fault is not None:
+        statuses = {o.status for _, outcomes in runner.run_cases(cpu, BY_NAME["exp"],
+                                                                entries["exp"])
+                    for o in outcomes}
+        assert statuses == {"pass", "fail"}  # fp32 exp fails, fp16 exp passes
+
+
+def test_cases_judged_together_keep_their_cpu_fallback(cpu, monkeypatch):
+    """A case whose DUT fell back to the host CPU is marked so once judged, as alone."""
+    from harness.faults.catalog.opinfo import SORT_FALLBACK
+    from harness.ops import runner
+
+    monkeypatch.setattr(faults, "_active", [SORT_FALLBACK])
+    entry = BY_NAME["sort"]
+    cases = [("float32", sample, ("fwd", "bwd")) for sample in entry.samples if not sample.slow]
+    together = list(runner.run_cases(cpu, entry, cases))
+    assert len(together) == len(cases) > 1
+    for (dtype, sample, directions), (_, outcomes) in zip(cases, together):
+        assert {o.status for o in outcomes} == {"fallback"}
+        _same_outcomes(outcomes, run_case(cpu, entry, dtype, sample, 0, directions))

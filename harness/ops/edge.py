@@ -47,6 +47,7 @@ low-precision CPU references outside it), forward and backward, and judged by
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Callable, Optional
 
@@ -335,32 +336,33 @@ def exact_specials(dut: torch.Tensor, reference: torch.Tensor,
     return Verdict(False, metrics, rules, message)
 
 
-def judge_specials(zeros: bool):
+def judge_specials(zeros: bool) -> policy.WithCheck:
     """A judge for :func:`harness.ops.runner.run_case`: the op policy's
     (:func:`harness.ops.policy.judge`) and :func:`exact_specials`, both must pass."""
-
-    def judge(dut, reference, lowp, standard, scale=None):
-        verdict, used = policy.judge(dut, reference, lowp, standard, scale)
-        exact = exact_specials(dut, reference, lowp, zeros=zeros)
-        message = "\n".join(m for m in (verdict.message, exact.message) if m)
-        return Verdict(verdict.passed and exact.passed, {**verdict.metrics, **exact.metrics},
-                       {**verdict.rules, **exact.rules}, message), used
-
-    return judge
+    return policy.WithCheck(functools.partial(exact_specials, zeros=zeros))
 
 
 def run_specials(device, entry: OpEntry, dtype: str, sample: Sample, seed: int = 0,
                  directions: tuple[str, ...] = ("fwd", "bwd")):
     """One special-value sample of a row through the catalog's runner, judged by
     :func:`judge_specials` (the sign of zeros in the forward only, where the row asks)."""
-    from harness.ops.runner import run_case
+    ((_, outcomes),) = run_special_samples(device, entry, dtype, [(sample, directions)], seed)
+    return outcomes
+
+
+def run_special_samples(device, entry: OpEntry, dtype: str, samples, seed: int = 0):
+    """:func:`run_specials` of each ``(sample, directions)``, in order, judged with one
+    another (Note [A test's outputs judged together] in harness/ops/runner.py): yields
+    ``(sample, outcomes)``."""
+    from harness.ops.runner import run_cases
     from harness.ops.specials import SEMANTICS
 
-    row = SEMANTICS[entry.name]
-    zeros = "zero" in row.specials
-    directions = special_directions(entry, directions)
-    return run_case(device, entry, dtype, sample, seed, directions,
-                    judges={"fwd": judge_specials(zeros), "bwd": judge_specials(False)})
+    zeros = "zero" in SEMANTICS[entry.name].specials
+    cases = [(dtype, sample, special_directions(entry, directions))
+             for sample, directions in samples]
+    judges = {"fwd": judge_specials(zeros), "bwd": judge_specials(False)}
+    return [(sample, outcomes) for (_, sample), outcomes
+            in run_cases(device, entry, cases, seed, judges)]
 
 
 # Note [NaN shape samples]

@@ -50,14 +50,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-from typing import Callable, Iterator, Optional, TypeVar
+from typing import Callable, Iterator, NamedTuple, Optional, TypeVar
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from harness import dtypes, fallback, faults
 from harness.classify import UNSUPPORTED_PATTERNS, classify_exception
-from harness.compare import check_table, compare_outputs, standard_by_name
+from harness.compare import Request, Verdict, check_table, compare_many, standard_by_name
 
 __all__ = ["OP_STANDARDS", "GRAD_STANDARDS", "UNSUPPORTED_PATTERNS", "DEFAULT_STANDARD",
            "Watch", "bare_cpu", "classify_exception", "judge", "noting", "op_names", "run_dut",
@@ -248,6 +248,16 @@ def standard_for(op_name: str, dtype, direction: str = "fwd") -> str:
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
+class Asked(NamedTuple):
+    """One output to judge: :func:`judge`'s arguments, for :func:`judge_many`."""
+
+    dut: torch.Tensor
+    reference: torch.Tensor
+    lowp: Optional[torch.Tensor]
+    standard: str
+    scale: Optional[torch.Tensor] = None
+
+
 def judge(dut: torch.Tensor, reference: torch.Tensor, lowp: Optional[torch.Tensor],
           standard: str, scale: Optional[torch.Tensor] = None):
     """``(verdict, standard_used)`` for one output: the same in every pipeline.
@@ -261,18 +271,50 @@ def judge(dut: torch.Tensor, reference: torch.Tensor, lowp: Optional[torch.Tenso
     is compared with the reference rounded to the DUT's dtype: exact means "the correctly
     rounded result", which an fp32 ``masked_fill(0.3)`` is although fp64 holds 0.3.
     """
-    if not (dut.is_floating_point() and dut.dtype in FLOAT_DTYPES
-            and reference.is_floating_point()):
-        standard = "exact"
-        if lowp is not None and lowp.shape == dut.shape:
-            reference = lowp
-    if standard == "exact" and dut.is_floating_point() and reference.dtype != dut.dtype:
-        reference = reference.detach().to(dut.dtype)
-    low = lowp if (lowp is not None and lowp.dtype == dut.dtype
-                   and lowp.shape == dut.shape) else None
-    if scale is not None and (standard == "exact" or scale.shape != reference.shape):
-        scale = None
-    return compare_outputs(dut, reference, low, standard=standard, scale=scale), standard
+    return judge_many([Asked(dut, reference, lowp, standard, scale)])[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class WithCheck:
+    """A judge with :func:`judge`'s signature: the policy's verdict and ``check``'s
+    (``check(dut, reference, lowp) -> Verdict``), both must pass. Where a case's outputs
+    are judged together (:func:`harness.ops.runner.run_cases`) the policy's part is judged
+    with the others (:meth:`merged`)."""
+
+    check: Callable[..., Verdict]
+
+    def __call__(self, dut, reference, lowp, standard, scale=None) -> tuple[Verdict, str]:
+        asked = Asked(dut, reference, lowp, standard, scale)
+        return self.merged(judge(*asked), asked)
+
+    def merged(self, judged: tuple[Verdict, str], asked: Asked) -> tuple[Verdict, str]:
+        """The policy's ``judged`` ``(verdict, standard)`` of ``asked``, and the check's."""
+        verdict, used = judged
+        extra = self.check(asked.dut, asked.reference, asked.lowp)
+        message = "\n".join(m for m in (verdict.message, extra.message) if m)
+        return Verdict(verdict.passed and extra.passed, {**verdict.metrics, **extra.metrics},
+                       {**verdict.rules, **extra.rules}, message), used
+
+
+def judge_many(asked: list[Asked]) -> list[tuple[Verdict, str]]:
+    """:func:`judge` of each, in order, the outputs measured together (Note [Outputs
+    measured together] in :mod:`harness.compare`)."""
+    requests, used = [], []
+    for dut, reference, lowp, standard, scale in asked:
+        if not (dut.is_floating_point() and dut.dtype in FLOAT_DTYPES
+                and reference.is_floating_point()):
+            standard = "exact"
+            if lowp is not None and lowp.shape == dut.shape:
+                reference = lowp
+        if standard == "exact" and dut.is_floating_point() and reference.dtype != dut.dtype:
+            reference = reference.detach().to(dut.dtype)
+        low = lowp if (lowp is not None and lowp.dtype == dut.dtype
+                       and lowp.shape == dut.shape) else None
+        if scale is not None and (standard == "exact" or scale.shape != reference.shape):
+            scale = None
+        requests.append(Request(dut, reference, low, standard, scale))
+        used.append(standard)
+    return list(zip(compare_many(requests), used))
 
 
 # -------------------------------------------------------------------------------- watch

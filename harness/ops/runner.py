@@ -297,6 +297,90 @@ def run_case(device, entry: OpEntry, dtype: str, sample: Sample, seed: int = 0,
         One :class:`~harness.ops.outcome.OpOutcome` per reported direction; ``info`` holds
         ``aten_ops`` (Note [Aten ops of a record] in :mod:`harness.ops.policy`).
     """
+    ((_, outcomes),) = run_cases(device, entry, [(dtype, sample, directions)], seed, judges)
+    return outcomes
+
+
+# Note [A test's outputs judged together]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# Judging an output costs about thirty torch calls whatever its size, and a catalog test
+# has about eight outputs (its samples, forward and backward), so :func:`run_cases` runs
+# the cases one by one and hands their outputs to :func:`harness.ops.policy.judge_many`
+# together: one pass of the statistics for all of them (Note [Outputs measured together]
+# in :mod:`harness.compare`), the same verdicts, metrics and rules as one at a time. It
+# waits with the judgement until the outputs held hold JUDGED_TOGETHER elements, so a
+# test of large samples holds one case's tensors, as before, and then hands each case's
+# outcomes back in order. Only the judgement waits: every case is run, and measured,
+# exactly as alone.
+
+JUDGED_TOGETHER = 1 << 18
+"""The outputs' elements held for one judgement (Note [A test's outputs judged together])."""
+
+
+@dataclasses.dataclass
+class _Waiting:
+    """A case run and not judged yet: its outcomes, what each outcome asks to be judged
+    (``(outcome, label, judge, request)``; ``judge`` None is the policy's), and the
+    DUT's :class:`~harness.ops.policy.Watch` (its CPU fallbacks, once judged)."""
+
+    case: tuple[str, Sample]
+    outcomes: list[OpOutcome]
+    asked: list[tuple[OpOutcome, str, Optional[Callable], policy.Asked]]
+    seen: Optional[policy.Watch] = None
+
+    @property
+    def size(self) -> int:
+        return sum(request.dut.numel() for *_, request in self.asked)
+
+
+def run_cases(device, entry: OpEntry, cases, seed: int = 0,
+              judges: Optional[Mapping[str, Callable]] = None):
+    """:func:`run_case` of each ``(dtype, sample, directions)`` of ``cases``, in order:
+    yields ``((dtype, sample), outcomes)``; the outputs are judged together (Note [A
+    test's outputs judged together])."""
+    waiting: list[_Waiting] = []
+    held = 0
+    for dtype, sample, directions in cases:
+        case = _run_one(device, entry, dtype, sample, seed, directions, judges or {})
+        waiting.append(case)
+        held += case.size
+        if held >= JUDGED_TOGETHER:
+            yield from _judged(waiting)
+            waiting, held = [], 0
+    yield from _judged(waiting)
+
+
+def _judged(waiting: list[_Waiting]):
+    """Judge what the cases ask (the policy's in one call), then hand back each case."""
+    policy_asked = [request for case in waiting for _, _, judge, request in case.asked
+                    if judge is None or isinstance(judge, policy.WithCheck)]
+    found = iter(policy.judge_many(policy_asked))
+    for case in waiting:
+        verdicts: dict[int, tuple[OpOutcome, dict[str, Verdict]]] = {}
+        for outcome, label, judge, request in case.asked:
+            if judge is None:
+                verdict, _ = next(found)
+            elif isinstance(judge, policy.WithCheck):
+                verdict, _ = judge.merged(next(found), request)
+            else:
+                verdict, _ = judge(*request)
+            verdicts.setdefault(id(outcome), (outcome, {}))[1][label] = verdict
+        for outcome, by_label in verdicts.values():
+            outcome.apply_verdicts(by_label)
+        seen = case.seen
+        if seen is not None and seen.fallback:  # right numbers, but on the host CPU
+            for outcome in case.outcomes:
+                outcome.fallback = list(seen.fallback.ops)
+                if outcome.status == "pass":
+                    outcome.status = "fallback"
+                    outcome.message = (f"the DUT ran {', '.join(seen.fallback.ops)} on the "
+                                       f"host CPU ({seen.fallback.describe()})")
+        yield case.case, case.outcomes
+
+
+def _run_one(device, entry: OpEntry, dtype: str, sample: Sample, seed: int,
+             directions: tuple[str, ...], judges: Mapping[str, Callable]) -> _Waiting:
+    """One case run, its outputs waiting for their judgement (:func:`run_cases`)."""
     gen = torch.Generator().manual_seed(case_seed(seed, entry.name, dtype, sample.name))
     torch_dtype = DTYPES[dtype]
     is_float = torch_dtype.is_floating_point
@@ -307,11 +391,13 @@ def run_case(device, entry: OpEntry, dtype: str, sample: Sample, seed: int = 0,
     outcomes = {d: OpOutcome(record_id(entry.name, dtype, d, sample.name), d,
                              standard=entry.standard if d == "fwd" else entry.gradient_standard)
                 for d in wanted}
+    waiting = _Waiting((dtype, sample), list(outcomes.values()), [])
     if not outcomes:
-        return []
+        return waiting
     values = materialize(sample, dtype, gen)
     if entry.judge is not None:
-        return entry.judge(device, entry, dtype, sample, values, gen, outcomes)
+        waiting.outcomes = entry.judge(device, entry, dtype, sample, values, gen, outcomes)
+        return waiting
 
     drawn: list = []  # the cotangents the DUT drew; the references reuse them
 
@@ -340,7 +426,7 @@ def run_case(device, entry: OpEntry, dtype: str, sample: Sample, seed: int = 0,
                                else f"DUT raised {type(done.dut.error).__name__}: "
                                     f"{done.dut.error}")
             outcome.info = {"aten_ops": aten_ops, "exception": done.message}
-        return list(outcomes.values())
+        return waiting
     for outcome in outcomes.values():
         outcome.info["aten_ops"] = aten_ops
         if done.ref is done.low:
@@ -351,24 +437,16 @@ def run_case(device, entry: OpEntry, dtype: str, sample: Sample, seed: int = 0,
     low_grads = done.low.grads if done.low is not None else None
     scale_outs = done.mag.outs if done.mag is not None else None
     scale_grads = done.mag.grads if done.mag is not None else None
-    seen = done.seen
-
-    judges = judges or {}
+    waiting.seen = done.seen
     if "fwd" in outcomes:
-        _judge_all(outcomes["fwd"], [t for _, t in dut_outs], [t for _, t in ref_outs],
-                   [t for _, t in low_outs] if low_outs is not None else None,
-                   [label for label, _ in dut_outs], scale_outs, judges.get("fwd"))
+        waiting.asked += _asked(outcomes["fwd"], [t for _, t in dut_outs],
+                                [t for _, t in ref_outs],
+                                [t for _, t in low_outs] if low_outs is not None else None,
+                                [label for label, _ in dut_outs], scale_outs, judges.get("fwd"))
     if "bwd" in outcomes:
-        _judge_all(outcomes["bwd"], dut_grads or [], ref_grads or [], low_grads,
-                   grad_labels, scale_grads, judges.get("bwd"))
-    if seen.fallback:  # right numbers, but on the host CPU
-        for outcome in outcomes.values():
-            outcome.fallback = list(seen.fallback.ops)
-            if outcome.status == "pass":
-                outcome.status = "fallback"
-                outcome.message = (f"the DUT ran {', '.join(seen.fallback.ops)} on the "
-                                   f"host CPU ({seen.fallback.describe()})")
-    return list(outcomes.values())
+        waiting.asked += _asked(outcomes["bwd"], dut_grads or [], ref_grads or [], low_grads,
+                                grad_labels, scale_grads, judges.get("bwd"))
+    return waiting
 
 
 def _absolute(value: Any) -> Any:
@@ -380,15 +458,17 @@ def _absolute(value: Any) -> Any:
     return value
 
 
-def _judge_all(outcome: OpOutcome, duts: list, refs: list, lows: Optional[list],
-               labels: list[str], scales: Optional[list] = None,
-               judge: Optional[Callable] = None) -> None:
-    """Judge each DUT tensor against its references under ``outcome.standard``."""
+def _asked(outcome: OpOutcome, duts: list, refs: list, lows: Optional[list],
+           labels: list[str], scales: Optional[list] = None,
+           judge: Optional[Callable] = None) -> list:
+    """What judging each DUT tensor against its references under ``outcome.standard``
+    asks (:class:`_Waiting`'s ``asked``); a structural mismatch sets the outcome's status
+    at once."""
     if len(duts) != len(refs):
         outcome.status = "error"
         outcome.message = f"DUT returned {len(duts)} tensors, the reference {len(refs)}"
-        return
-    verdicts: dict[str, Verdict] = {}
+        return []
+    asked = []
     for index, (dut, ref) in enumerate(zip(duts, refs)):
         label = labels[index] if index < len(labels) else f"t{index}"
         if dut is None and ref is None:
@@ -400,5 +480,6 @@ def _judge_all(outcome: OpOutcome, duts: list, refs: list, lows: Optional[list],
             continue
         low = lows[index] if lows is not None and index < len(lows) else None
         scale = scales[index] if scales is not None and index < len(scales) else None
-        verdicts[label], _ = (judge or policy.judge)(dut, ref, low, outcome.standard, scale)
-    outcome.apply_verdicts(verdicts)
+        asked.append((outcome, label, judge,
+                      policy.Asked(dut, ref, low, outcome.standard, scale)))
+    return asked

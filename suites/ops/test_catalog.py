@@ -20,8 +20,8 @@ import pytest
 import torch
 
 from harness import ids
-from harness.ops import CATALOG, DETERMINISM_DTYPES, filter_regex, run_case
-from harness.ops.runner import DIRECTIONS, case_id
+from harness.ops import CATALOG, DETERMINISM_DTYPES, filter_regex
+from harness.ops.runner import DIRECTIONS, case_id, run_cases
 from harness.results import lower
 
 
@@ -49,15 +49,18 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 def _run(entry, dtypes, slow, device, results, settings) -> None:
     regex = re.compile(settings.op_filter) if settings.op_filter else None
-    ran = 0
+    cases = []
     for dtype, sample in entry.cases(dtypes):
         if sample.slow != slow:
             continue
         directions = tuple(d for d in DIRECTIONS if regex is None
                            or regex.search(case_id(entry.name, dtype, d, sample.name)))
-        if not directions:
-            continue
-        for outcome in run_case(device, entry, dtype, sample, settings.seed, directions):
+        if directions:
+            cases.append((dtype, sample, directions))
+    ran = 0
+    # judged together (Note [A test's outputs judged together] in harness/ops/runner.py)
+    for (dtype, sample), outcomes in run_cases(device, entry, cases, settings.seed):
+        for outcome in outcomes:
             ran += 1
             case = case_id(entry.name, dtype, outcome.direction, sample.name)
             outcome.record(results, f"{outcome.message}\n(device {device.type}, dtype {dtype}, "

@@ -95,14 +95,16 @@ def pytest_generate_tests(metafunc):
 def test_special_values(entry, dtype, device, results, settings):
     """NaN, +-inf and signed zeros where the row's documentation says what they do."""
     regex = re.compile(settings.op_filter) if settings.op_filter else None
-    ran = 0
+    samples = []
     for sample in edge.special_samples(entry):
         directions = tuple(d for d in edge.special_directions(entry) if regex is None
                            or regex.search(case_id(entry.name, dtype, d, sample.name)))
-        if not directions:
-            continue
-        for outcome in edge.run_specials(device, entry, dtype, sample, settings.seed,
-                                         directions):
+        if directions:
+            samples.append((sample, directions))
+    ran = 0
+    for sample, outcomes in edge.run_special_samples(device, entry, dtype, samples,
+                                                     settings.seed):
+        for outcome in outcomes:
             ran += 1
             case = case_id(entry.name, dtype, outcome.direction, sample.name)
             outcome.record(results, f"{outcome.message}\n(device {device.type}, dtype {dtype}, "
