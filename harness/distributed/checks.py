@@ -380,6 +380,35 @@ def _inputs(seed: int, rank: int, size: int, dtype: str) -> torch.Tensor:
     return torch.randn(size, generator=gen, dtype=torch.float32).to(dtypes.BY_NAME[dtype])
 
 
+# Note [Inputs kept across collectives]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# Every rank rebuilds every rank's input for its reference (one host or many, nothing is
+# sent), so at world size 4 each collective sub-check drew 4 x 1M random numbers per rank
+# and converted them to float64, and the next sub-check of the same dtype drew the same
+# numbers again: about a quarter of the ws4 launch's CPU time (its collectives, 14.6 ->
+# 11.6 CPU-seconds on a 2-core AMD EPYC Zen 3), time the ranks take from the checks run
+# beside them (Note [Launches ahead of their tests] in harness/distributed/cases.py).
+# So a rank keeps the inputs and their arrays of the dtype it is in (the family's cases
+# run dtype by dtype: suites/distributed/test_dist_collectives.py), at most one dtype's
+# (4 ranks x 1M elements: 48 MB in float32), and hands the collective a copy: the
+# reference reads what was drawn, whatever the DUT does to its tensor.
+
+_KEPT: dict[tuple, tuple[torch.Tensor, np.ndarray]] = {}
+
+
+def _kept_input(seed: int, rank: int, size: int, dtype: str) -> tuple[torch.Tensor, np.ndarray]:
+    """Rank ``rank``'s input (:func:`_inputs`) and its float64/int64 array, kept while
+    the sub-checks stay in one dtype (Note [Inputs kept across collectives])."""
+    key = (seed, rank, size, dtype)
+    found = _KEPT.get(key)
+    if found is None:
+        if any(kept[3] != dtype for kept in _KEPT):
+            _KEPT.clear()
+        tensor = _inputs(seed, rank, size, dtype)
+        found = _KEPT[key] = (tensor, _np(tensor))
+    return found
+
+
 def _np(t: torch.Tensor) -> np.ndarray:
     return t.detach().cpu().to(torch.float64 if t.is_floating_point() else torch.int64).numpy()
 
@@ -548,11 +577,11 @@ def collective(ctx, op: str = "all_reduce_sum", dtype: str = "float32",
     results = {}
     for size in sizes:
         # ``size`` is the input (rounded up to ws chunks where the op splits it evenly)
-        inputs = [_inputs(ctx.seed, r, _input_size(op, r, ws, size), dtype)
+        inputs = [_kept_input(ctx.seed, r, _input_size(op, r, ws, size), dtype)
                   for r in range(ws)]
         try:
-            with ctx.device.scope():
-                dut = _run_collective(ctx, op, inputs[rank], size)
+            with ctx.device.scope():  # a copy: the DUT never holds what the reference reads
+                dut = _run_collective(ctx, op, inputs[rank][0].clone(), size)
                 ctx.device.synchronize()
         except (RuntimeError, ValueError, TypeError, NotImplementedError) as exc:
             if classify_exception(exc)[0] == "unsupported":
@@ -560,7 +589,7 @@ def collective(ctx, op: str = "all_reduce_sum", dtype: str = "float32",
                                                      f"{str(exc).splitlines()[0][:300]}"}
                 continue
             raise
-        expected, absum = _reference(op, [_np(t) for t in inputs], rank, ws, size)
+        expected, absum = _reference(op, [array for _, array in inputs], rank, ws, size)
         got = _np(dut)
         if got.shape != expected.shape:
             results[str(size)] = {"max_abs_err": float("inf"), "bound": 0.0,
