@@ -516,7 +516,10 @@ def _mixed_requests() -> list:
                      compare.Request(specials.to(dtype), specials.to(up), nan_low, "relative"),
                      compare.Request(torch.zeros(0, dtype=dtype), torch.zeros(0, dtype=up), None,
                                      "relative")]
-    requests += [compare.Request(torch.arange(5), torch.arange(5), None, "exact"),
+    long = torch.randn(compare.LONG_OUTPUT + 3, generator=gen, dtype=torch.float64)
+    requests += [compare.Request(long.half(), long.float(), long.half(), "relative"),  # alone
+                 compare.Request(long.half(), long.float(), (long * 1.001).half(), "ulp"),
+                 compare.Request(torch.arange(5), torch.arange(5), None, "exact"),
                  compare.Request(torch.ones(3), torch.ones(4, dtype=torch.float64), None,
                                  "relative")]
     return requests
