@@ -352,7 +352,7 @@ def run_specials(device, entry: OpEntry, dtype: str, sample: Sample, seed: int =
 
 def run_special_samples(device, entry: OpEntry, dtype: str, samples, seed: int = 0):
     """:func:`run_specials` of each ``(sample, directions)``, in order, judged with one
-    another (Note [A test's outputs judged together] in harness/ops/runner.py): yields
+    another (Note [A test's outputs judged together] in harness/ops/runner.py): a list of
     ``(sample, outcomes)``."""
     from harness.ops.runner import run_cases
     from harness.ops.specials import SEMANTICS

@@ -60,8 +60,8 @@ from harness.classify import UNSUPPORTED_PATTERNS, classify_exception
 from harness.compare import Request, Verdict, check_table, compare_many, standard_by_name
 
 __all__ = ["OP_STANDARDS", "GRAD_STANDARDS", "UNSUPPORTED_PATTERNS", "DEFAULT_STANDARD",
-           "Watch", "bare_cpu", "classify_exception", "judge", "noting", "op_names", "run_dut",
-           "standard_for", "watch"]
+           "Asked", "Watch", "WithCheck", "bare_cpu", "classify_exception", "judge",
+           "judge_many", "noting", "op_names", "run_dut", "standard_for", "watch"]
 
 T = TypeVar("T")
 
