@@ -347,9 +347,7 @@ def _errors(x: torch.Tensor, r: torch.Tensor, mag: torch.Tensor, lengths: list[i
     err = torch.abs(diff)
     small = torch.lt(mag, limits.small_value)
     if total == 0:
-        empty = {**_EMPTY_ERRORS, **(_EMPTY_ULPS if want_ulp else {})}
-        return ([Errors([dict(empty) for _ in range(rows)], 0, 0.0, 0.0,
-                        _no_signs(rows) if signs else None) for _ in lengths], err, small)
+        return [_no_errors(rows, want_ulp, signs) for _ in lengths], err, small
     signed = torch.where(small, 0.0, torch.div(diff, mag))
     rel = torch.abs(signed)
     sums = [rel, torch.mul(diff, diff), signed, torch.mul(x, x), torch.mul(x, r)]
@@ -380,9 +378,7 @@ def _errors(x: torch.Tensor, r: torch.Tensor, mag: torch.Tensor, lengths: list[i
     found = []
     for j, n in enumerate(lengths):
         if n == 0:
-            empty = {**_EMPTY_ERRORS, **(_EMPTY_ULPS if want_ulp else {})}
-            found.append(Errors([dict(empty) for _ in range(rows)], 0, 0.0, 0.0,
-                                _no_signs(rows) if signs else None))
+            found.append(_no_errors(rows, want_ulp, signs))
             continue
         nr = math.sqrt(table[shared][j])
         normal_count = n - int(table[shared + 2][j])
@@ -414,12 +410,16 @@ def _errors(x: torch.Tensor, r: torch.Tensor, mag: torch.Tensor, lengths: list[i
     return found, err, small
 
 
-def _no_signs(rows: int) -> dict:
-    """:attr:`Errors.signs` of an output without elements."""
-    found = {"positive": [[0, 0] for _ in range(rows)], "nonzero": [[0, 0] for _ in range(rows)]}
-    if rows == 2:
-        found.update(more=[0, 0], less=[0, 0], kept=0)
-    return found
+def _no_errors(rows: int, want_ulp: bool, signs: bool) -> Errors:
+    """:class:`Errors` of an output without elements."""
+    empty = {**_EMPTY_ERRORS, **(_EMPTY_ULPS if want_ulp else {})}
+    counts = None
+    if signs:
+        counts = {"positive": [[0, 0] for _ in range(rows)],
+                  "nonzero": [[0, 0] for _ in range(rows)]}
+        if rows == 2:
+            counts.update(more=[0, 0], less=[0, 0], kept=0)
+    return Errors([dict(empty) for _ in range(rows)], 0, 0.0, 0.0, counts)
 
 
 def _signs(table: list[list[float]], first: int, rows: int, j: int) -> dict:
@@ -1118,8 +1118,7 @@ def _positions(item: _Float, d, r, r_cast, lw, has_low: bool, all_finite: bool) 
     return _Positions(d, r, finite, nonfinite_bad, nan_inf, fd, fr, low, low_finite, fscale)
 
 
-def _sign_counts(errors: Errors, two: bool, has_low: bool, normal_count: int
-                 ) -> Optional[dict]:
+def _sign_counts(errors: Errors, two: bool, has_low: bool) -> Optional[dict]:
     """:attr:`Measured.signs` of one output from its pass (None where none were counted):
     the DUT's counts, and the CPU's and the paired ones where there is a low-precision
     reference; the CPU's are the DUT's where its run is the DUT's own."""
@@ -1132,7 +1131,7 @@ def _sign_counts(errors: Errors, two: bool, has_low: bool, normal_count: int
                      more=counts["more"], less=counts["less"], kept=counts["kept"])
     elif has_low:  # Note [A CPU DUT is its own low]: none more, none less, all kept
         found.update(cpu_positive=found["positive"], cpu_nonzero=found["nonzero"],
-                     more=[0, 0], less=[0, 0], kept=normal_count)
+                     more=[0, 0], less=[0, 0], kept=errors.normal_count)
     return found
 
 
@@ -1224,7 +1223,7 @@ def _measure(items: list[_Float], dtype: torch.dtype, want_ulp: bool) -> list[tu
                        rms_ref=errors.mag_norm / math.sqrt(size) if size else 0.0,
                        mag_max=errors.mag_max, conditioned=item.mag is not None,
                        nan_inf=p.nan_inf, metrics=metrics,
-                       signs=_sign_counts(errors, two, low is not None, errors.normal_count))
+                       signs=_sign_counts(errors, two, low is not None))
         measured.append((out, p.d, p.r, p.finite, p.nonfinite_bad))
         start = end
     return measured
