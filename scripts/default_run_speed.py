@@ -4,8 +4,9 @@
 Runs, one after the other in fresh processes on this machine (keep it otherwise idle):
 
 1. the default run, ``python -m pytest -m npu`` (what ./run-suite runs on an installed
-   checkout), timed from the command to its exit, with pytest's per-test durations
-   (JUnit XML) summed per suite folder, the collection alone (``--collect-only``), the
+   checkout), timed from the command to its exit, with the per-test durations the run
+   stores for its shard plan summed per suite folder (read from its own store, so the
+   timed command is the user's, with no report option added), the collection alone (``--collect-only``), the
    interpreter's start with torch and the plugin imported, and the peak RSS; then the
    next run into the same results folder (its store already holds the first run's
    layout, as for every run after a user's first);
@@ -34,7 +35,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Optional
 
@@ -73,9 +73,9 @@ def default_run(tmp: Path) -> dict:
     out: dict = {}
     out["startup_s"], _ = _timed([sys.executable, "-c", "import torch, harness.plugin"])
     out["collect_s"], proc = _timed([*PYTEST, "-m", "npu", "--co", "-q"])
-    junit = tmp / "junit.xml"
     out["to_verdict_s"], out["run_s"], out["rc"], stdout = _timed_to_verdict(
-        [*PYTEST, "-m", "npu", f"--junitxml={junit}", f"--results-dir={tmp / 'results'}"])
+        [*PYTEST, "-m", "npu", f"--results-dir={tmp / 'results'}"])
+    durations = _stored_durations(tmp / "results")
     out["verdict"] = next((line for line in stdout.splitlines()
                            if line.startswith("VERDICT")), "")
     out["summary"] = stdout.strip().splitlines()[-1] if stdout.strip() else ""
@@ -86,10 +86,10 @@ def default_run(tmp: Path) -> dict:
         [*PYTEST, "-m", "npu", f"--results-dir={tmp / 'results'}"])
     out["peak_rss_mb"] = _peak_rss_mb()
     per: collections.Counter = collections.Counter()
-    for case in ET.parse(junit).getroot().iter("testcase"):
-        parts = (case.get("classname") or "").split(".")
-        family = parts[1] if len(parts) > 1 and parts[0] == "suites" else parts[0]
-        per[family] += float(case.get("time") or 0.0)
+    for test, seconds in durations.items():
+        parts = test.split("/")
+        family = parts[1] if len(parts) > 2 and parts[0] == "suites" else parts[0]
+        per[family] += seconds
     out["tests_s_by_family"] = dict(per.most_common())
     files = sorted((tmp / "results").glob("*.json*"))
     if files:
@@ -106,6 +106,18 @@ def default_run(tmp: Path) -> dict:
                         str(report)], cwd=ROOT, capture_output=True, text=True)
         out["harness_report_s"] = time.perf_counter() - start
     return out
+
+
+def _stored_durations(results_dir: Path) -> dict[str, float]:
+    """Each test's seconds (setup, call and teardown) as the run stored them in its
+    results folder's store, for its shard plan."""
+    from harness.store import open_store
+
+    store = open_store(f"sqlite:///{results_dir / 'harness.db'}")
+    try:
+        return store.durations()
+    finally:
+        store.close()
 
 
 def _write_again(run, tmp: Path) -> dict:
