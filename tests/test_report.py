@@ -149,6 +149,26 @@ def test_a_failing_subjects_line_says_what_went_wrong_not_only_where(fingerprint
     assert subjects["norm/bn/float32/eval"].message == "eval uses batch statistics"
 
 
+def test_a_listed_known_failure_reads_as_known_not_as_failing(fingerprint):
+    """A GO run whose only failing record is a listed known failure says so on its group's
+    line and in its state, not ``FAILS`` beside a GO; a failure nobody listed still says
+    FAILS."""
+    why = "known failure on cpu/*: fused SGD skips blocks (https://x/191763)"
+    known = Record("optim/sgd/bfloat16/fused/params", status="fail", message="off",
+                   info={"known_failure": why})
+    run = RunResults(fingerprint, {known.id: known})
+    rep = report.build(run, None)
+    assert rep.verdict.level == "GO"
+    line = next(x for x in report.terminal_lines(rep) if known.id in x)
+    assert line.endswith("KNOWN FAILURE") and "FAILS" not in line
+    assert render._state(rep.subjects[0]) == f"fail ({why})"
+    plain = Record("optim/sgd/float16/fused/params", status="fail", message="off")
+    rep = report.build(RunResults(fingerprint, {known.id: known, plain.id: plain}), None)
+    lines = report.terminal_lines(rep)
+    assert next(x for x in lines if plain.id in x).endswith(" FAILS")
+    assert next(x for x in lines if known.id in x).endswith("KNOWN FAILURE")
+
+
 def test_harness_errors_make_the_report_no_go(fingerprint):
     base, run = _runs(fingerprint)
     for rid in ("ops/mm/float32/fwd/typical", "norm/bn/float32/eval",

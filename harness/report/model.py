@@ -113,6 +113,8 @@ class Subject:
     kinds: dict[str, int] = dataclasses.field(default_factory=dict)
     standard: str = ""             # the standard's limit and whether the subject meets it
                                    # ("" for a subject listed nowhere)
+    known: str = ""                # why it fails, where every failing record is a listed
+                                   # known failure (harness.known_failures), else ""
 
     @property
     def rank_label(self) -> str:
@@ -411,6 +413,8 @@ def _subject(sid: str, recs: list[Record], baseline: Optional[RunResults],
                                  else 0.0), not c.standard, c.record_id, c.metric_label))
     failing = [r for r in recs if r.status in ids.FAILING]
     message = (failing[0].headline or failing[0].status) if failing else ""
+    known = (str(failing[0].info["known_failure"])
+             if failing and all(r.info.get("known_failure") for r in failing) else "")
     shown = [r for r in recs if r.id in {c.record_id for c in listed}] or failing or recs
     listed_somewhere = rank <= WITHIN_RULE  # the others (most of a run) are listed nowhere
     return Subject(
@@ -419,7 +423,7 @@ def _subject(sid: str, recs: list[Record], baseline: Optional[RunResults],
         changes=listed, lines=len(changes), passes=status not in ids.FAILING,
         reproduce=reproduce_line(shown, run) if listed_somewhere else "",
         message=_clip(message), kinds=kinds,
-        standard=_subject_standard(recs) if listed_somewhere else "")
+        standard=_subject_standard(recs) if listed_somewhere else "", known=known)
 
 
 def _counts(run: RunResults, findings: list[Finding]) -> dict[str, dict[str, int]]:

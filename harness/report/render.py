@@ -62,6 +62,8 @@ def _rule(subject: Subject) -> str:
 def _state(subject: Subject) -> str:
     old = f"{subject.old_status} -> " if subject.old_status and \
         subject.old_status != subject.status else ""
+    if subject.known:
+        return f"{old}{subject.status} ({subject.known})"
     return f"{old}{subject.status}" + ("" if subject.passes else " (check fails)")
 
 
@@ -102,7 +104,8 @@ def terminal_lines(report: Report, limit: int = 10) -> list[str]:
     for subject in report.subjects[:limit]:
         lines.append(f"  [{subject.rank_label}] {subject.id}: {_worst(subject)}"
                      + (f" [{_rule(subject)}]" if _rule(subject) else "")
-                     + ("" if subject.passes else " FAILS"))
+                     + ("" if subject.passes else
+                        " KNOWN FAILURE" if subject.known else " FAILS"))
         if subject.reproduce:
             lines.append(f"      {subject.reproduce}")
     if len(report.subjects) > limit:
