@@ -127,6 +127,16 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
                "(gloo's reduce_scatter_tensor ignores ReduceOp.AVG)",
         link="https://github.com/pytorch/pytorch/issues/162338",
         probes=("gloo_reduce_scatter_avg_sums", "fsdp2_on_cpu")),
+    # Torch's fused CPU SGD for fp16 and bf16 parameters (Note [Low-precision parameter
+    # updates] in suites/optim/test_optimizer_state.py): measured on 2.13.0, reported on
+    # 2.12.1 and 2.13.0 in the issue; the probe, not a version list, says where it is.
+    KnownFailure(
+        device_type="cpu", stack="*",
+        match="suites/optim/test_optimizer_state.py::test_low_precision_param_state[sgd-fused-*",
+        reason="fused SGD on the CPU leaves the whole SIMD blocks of an fp16 or bf16 "
+               "parameter unchanged (and reads its momentum through the wrong type)",
+        link="https://github.com/pytorch/pytorch/issues/191763",
+        probes=("fused_sgd_skips_16bit_updates",)),
 )
 """The table: one row per known failure (see :data:`EXAMPLE`)."""
 

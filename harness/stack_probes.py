@@ -87,9 +87,32 @@ def _fsdp2_on_cpu() -> Optional[bool]:
     return True
 
 
+def _fused_sgd_skips_16bit_updates() -> Optional[bool]:
+    """Whether the CPU's fused SGD gets a 16-bit parameter's update wrong (pytorch#191763,
+    fixed by #192545: the whole SIMD blocks of an fp16 or bf16 parameter are left as they
+    were, and its momentum is read through the wrong type): two steps with momentum on
+    64 elements of each dtype, whose exact values both dtypes hold (p = -0.5, then -1.25).
+    None where fused SGD does not run on the CPU (torch < 2.4 refuses it)."""
+    import torch
+
+    wrong = False
+    for dtype in (torch.float16, torch.bfloat16):
+        param = torch.zeros(64, dtype=dtype, requires_grad=True)
+        try:
+            opt = torch.optim.SGD([param], lr=0.5, momentum=0.5, fused=True)
+            for _ in range(2):
+                param.grad = torch.ones(64, dtype=dtype)
+                opt.step()
+        except (RuntimeError, TypeError, ValueError, NotImplementedError):
+            return None
+        wrong |= not bool((param.detach() == -1.25).all())
+    return wrong
+
+
 PROBES: dict[str, Callable[[], Optional[bool]]] = {
     "gloo_reduce_scatter_avg_sums": _gloo_reduce_scatter_avg_sums,
     "fsdp2_on_cpu": _fsdp2_on_cpu,
+    "fused_sgd_skips_16bit_updates": _fused_sgd_skips_16bit_updates,
 }
 """Probe name -> the experiment (True: the defect or feature is present)."""
 

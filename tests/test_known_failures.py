@@ -1,11 +1,14 @@
 """Known failures as data (harness.known_failures): strict xfail, applied at collection."""
 
 import types
+from pathlib import Path
 
 import pytest
 
 from harness import known_failures
 from harness.known_failures import KnownFailure
+
+ROOT = Path(__file__).resolve().parents[1]
 
 CHECKS = """
 def test_records_a_failure(results):
@@ -130,3 +133,53 @@ def test_the_gloo_probe_measures_this_stack():
     every = {e.match if isinstance(e.match, str) else e.match[0]: e.probes
              for e in known_failures.KNOWN_FAILURES}
     assert all(probes for probes in every.values())  # shipped rows say where, not when
+
+
+def test_the_fused_sgd_probe_measures_this_stack():
+    """The shipped probe agrees with torch's fused CPU SGD as it is here: 2.13 leaves a
+    16-bit parameter's SIMD blocks unchanged (pytorch#191763), 2.14 fixed it (#192545);
+    it cannot tell where fused SGD refuses the CPU."""
+    import torch
+
+    from harness import stack_probes
+
+    found = stack_probes.PROBES["fused_sgd_skips_16bit_updates"]()
+    major_minor = tuple(int(p) for p in torch.__version__.split(".")[:2])
+    if major_minor == (2, 13):
+        assert found is True
+    elif major_minor >= (2, 14):
+        assert found is False
+    param = torch.zeros(64, dtype=torch.bfloat16, requires_grad=True)
+    try:
+        opt = torch.optim.SGD([param], lr=0.5, fused=True)
+    except (RuntimeError, TypeError, ValueError):
+        assert found is None
+        return
+    param.grad = torch.ones(64, dtype=torch.bfloat16)
+    opt.step()
+    if not bool((param.detach() == -0.5).all()):
+        assert found is True  # whatever the version: the probe sees what a step does
+
+
+def test_the_low_precision_update_check_fails_where_the_fused_sgd_probe_finds_the_defect(
+        tmp_path):
+    """The known failure's check is the one that catches the defect: on a stack where
+    the probe finds it, the fused SGD cases are xfailed (strict: they fail), and the run
+    stays GO; elsewhere they pass. Either way the other variants pass."""
+    import subprocess
+    import sys
+
+    from harness import stack_probes
+
+    test = "suites/optim/test_optimizer_state.py::test_low_precision_param_state"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rxX",
+         f"{test}[sgd-fused-bfloat16]", f"{test}[sgd-forloop-bfloat16]", "--baseline", "off",
+         f"--results-dir={tmp_path}"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    out = proc.stdout
+    assert proc.returncode == 0, out[-3000:]
+    assert "VERDICT: GO" in out, out[-3000:]
+    if stack_probes.result("fused_sgd_skips_16bit_updates") is True:
+        assert "1 passed, 1 xfailed" in out and "pytorch/issues/191763" in out, out[-3000:]
+    else:  # fixed (2.14 on), or fused SGD refuses the CPU (recorded unsupported)
+        assert "2 passed" in out and "xfailed" not in out, out[-3000:]

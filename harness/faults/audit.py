@@ -108,9 +108,11 @@ OPS = (f"{CATALOG}[exp-float32]", f"{CATALOG}[conv2d-bfloat16]", f"{CATALOG}[sor
        "suites/ops/test_opinfo.py::test_opinfo_sweep[acos-float16]")
 OPS_ARGS = ("--run-slow",)  # the large samples and the sweep are marked slow
 OPTIM = "suites/optim/test_optimizer_state.py::test_fp32_state_under_amp"
+OPTIM_LOW = "suites/optim/test_optimizer_state.py::test_low_precision_param_state"
 OPTIONS = "suites/optim/test_optimizer_options.py"
 TRAINING = (f"{OPTIM}[adam-foreach-bfloat16]", f"{OPTIM}[sgd-forloop-float16]",
             f"{OPTIM}[adamw-fused-bfloat16]",
+            f"{OPTIM_LOW}[adam-fused-bfloat16]", f"{OPTIM_LOW}[sgd-forloop-float16]",
             f"{OPTIONS}::test_optimizer_option[adam-amsgrad-forloop]",
             f"{OPTIONS}::test_optimizer_option[sgd-nesterov-foreach]",
             f"{OPTIONS}::test_scheduler[OneCycleLR-momentum]",
@@ -174,7 +176,10 @@ NOT_NUMERIC: dict[str, str] = {
                                                                "reference to compare with",
     "suites/amp/test_grad_scaler.py::test_state_dict_round_trip": "a scaler vs its restored "
                                                                   "twin, both on the DUT",
-    "suites/optim/test_optimizer_state.py::test_low_precision_param_state": "state dtypes",
+    **{f"{OPTIM_LOW}[{o}-{v}-float16]": "state dtypes only: an fp16 update that divides by "
+       "a root mean square is not judged (Note [Low-precision parameter updates])"
+       for o in ("adam", "adamw", "rmsprop", "adagrad") for v in ("forloop", "foreach", "fused")},
+    f"{OPTIM_LOW}[rmsprop-fused": "no fused RMSprop: recorded unsupported",
     "suites/optim/test_optimizer_state.py::test_state_dict_round_trip": "a DUT optimizer vs "
                                                                         "its restored twin",
     "suites/memory/test_checkpointing.py": "checkpointed vs plain gradients, both on the DUT "

@@ -133,6 +133,37 @@ SGD_IGNORES_NESTEROV = patch_attr(
 )
 
 
+SIMD_BLOCK = 8
+"""The elements one vector register holds in the defect :data:`SGD_16BIT_BLOCKS_KEPT`
+copies (8 on the machine of its report)."""
+
+
+def _sgd_keeps_16bit_blocks(original):
+    def step(self, closure=None):
+        kept = [(p, p.detach().clone()) for group in self.param_groups for p in group["params"]
+                if p.grad is not None and p.dtype in (torch.float16, torch.bfloat16)]
+        out = original(self, closure)
+        with torch.no_grad():
+            for param, before in kept:
+                blocks = param.numel() // SIMD_BLOCK * SIMD_BLOCK
+                param.view(-1)[:blocks] = before.view(-1)[:blocks]
+        return out
+    return step
+
+
+SGD_16BIT_BLOCKS_KEPT = patch_attr(
+    "training.sgd_16bit_blocks_kept", family="training",
+    description="SGD leaves the whole 8-element blocks of an fp16 or bf16 parameter as "
+                "they were and updates only the remainder (torch 2.13's fused CPU SGD "
+                "defect, pytorch#191763, in every implementation)",
+    target="torch.optim.SGD.step", replace=_sgd_keeps_16bit_blocks,
+    checks=(f"{OPTIM}/test_optimizer_state.py::test_low_precision_param_state"
+            "[sgd-forloop-float16]",
+            f"{OPTIM}/test_optimizer_state.py::test_low_precision_param_state"
+            "[sgd-foreach-bfloat16]"),
+)
+
+
 def _cosine_one_step_late(original):
     def get_lr(self):
         self.last_epoch -= 1  # the schedule lags one step behind the optimizer
@@ -242,7 +273,8 @@ CONV_LAYER_DRIFT = perturb_op(
 )
 
 FAULTS = [BN_EVAL_BATCH_STATS, BN_BIASED_RUNNING_VAR, GRAD_SCALER_NEVER_BACKS_OFF,
-          ADAM_STATE_BF16, SGD_IGNORES_NESTEROV, COSINE_LR_OFF_BY_ONE, AUTOCAST_SOFTMAX_FP16, DROPOUT_UNSCALED, CONV_LAYER_DRIFT]
+          ADAM_STATE_BF16, SGD_IGNORES_NESTEROV, SGD_16BIT_BLOCKS_KEPT, COSINE_LR_OFF_BY_ONE,
+          AUTOCAST_SOFTMAX_FP16, DROPOUT_UNSCALED, CONV_LAYER_DRIFT]
 
 
 # ---- one non-finite class the scaler does not see (Note [Non-finite classes] in
