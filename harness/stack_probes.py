@@ -109,10 +109,20 @@ def _fused_sgd_skips_16bit_updates() -> Optional[bool]:
     return wrong
 
 
+def _simnpu_runs_host_kernels() -> Optional[bool]:
+    """Whether the npu here is the simulator (:mod:`harness.simnpu`), whose kernels are the
+    host CPU's (its boxed fallback runs them on the device's memory): a defect of a CPU
+    kernel is then the simulated NPU's too, and never a real Ascend's."""
+    from harness import simnpu
+
+    return simnpu.is_loaded()
+
+
 PROBES: dict[str, Callable[[], Optional[bool]]] = {
     "gloo_reduce_scatter_avg_sums": _gloo_reduce_scatter_avg_sums,
     "fsdp2_on_cpu": _fsdp2_on_cpu,
     "fused_sgd_skips_16bit_updates": _fused_sgd_skips_16bit_updates,
+    "simnpu_runs_host_kernels": _simnpu_runs_host_kernels,
 }
 """Probe name -> the experiment (True: the defect or feature is present)."""
 

@@ -183,3 +183,27 @@ def test_the_low_precision_update_check_fails_where_the_fused_sgd_probe_finds_th
         assert "1 passed, 1 xfailed" in out and "pytorch/issues/191763" in out, out[-3000:]
     else:  # fixed (2.14 on), or fused SGD refuses the CPU (recorded unsupported)
         assert "2 passed" in out and "xfailed" not in out, out[-3000:]
+
+
+def test_the_fused_sgd_defect_is_the_simulated_npus_never_a_real_ascends(monkeypatch):
+    """SimNPU runs the host CPU's kernels, so the CPU's fused SGD defect is its too; on a
+    real Ascend (no simulator loaded) the NPU's own kernel is judged, whatever the host's
+    torch gets wrong."""
+    from harness import stack_probes
+
+    simulated = {"loaded": False}
+    monkeypatch.setitem(stack_probes.PROBES, "fused_sgd_skips_16bit_updates", lambda: True)
+    monkeypatch.setitem(stack_probes.PROBES, "simnpu_runs_host_kernels",
+                        lambda: simulated["loaded"])
+
+    def listed(device_type):
+        stack_probes.result.cache_clear()
+        rows = known_failures.entries_for({"device_type": device_type, "stack_id": "x"})
+        return any(row.link.endswith("/191763") for row in rows)
+
+    try:
+        assert listed("cpu") and not listed("npu")
+        simulated["loaded"] = True
+        assert listed("npu")
+    finally:
+        stack_probes.result.cache_clear()
