@@ -313,7 +313,7 @@ def _judge_update(results, record_id: str, name: str, variant: str, dtype: str, 
     ok = math.isfinite(units) and units <= LOW_LIMIT
     results.check(
         record_id, ok=ok,
-        metrics={"rounding_units": units if math.isfinite(units) else 1e300},
+        metrics={"rounding_units": units},
         rules={"rounding_units": lower(rel=4.0, abs=LOW_LIMIT / 10)},
         info={"err_norm": err, "update_norm": moved, "steps": steps},
         message=f"{name} ({variant}) with {dtype} params: after {steps} steps they are "
