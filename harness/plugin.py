@@ -352,6 +352,7 @@ def pytest_collection(session: pytest.Session) -> None:
         session.config.stash[GC_PAUSED] = True
 
 
+@pytest.hookimpl(tryfirst=True)  # before any hook starts a thread (the launches ahead)
 def pytest_collection_finish(session: pytest.Session) -> None:
     if session.config.stash.get(STATE, None) is not None:
         gc.collect()  # Note [Collected objects frozen]: collection's garbage freed,

@@ -59,7 +59,9 @@ def _gloo_reduce_scatter_avg_sums() -> Optional[bool]:
             group._reduce_scatter_base(out, torch.full((2,), float(r + 1)), opts).wait()
             got[r] = float(out[0])
         except Exception as exc:  # noqa: BLE001 - an absent or refusing API: cannot tell
-            errors.append(exc)
+            # as text: the exception's traceback holds this frame, and with it the group,
+            # in a reference cycle that a later collection would free (see below)
+            errors.append(f"{type(exc).__name__}: {exc}")
 
     threads = [threading.Thread(target=rank, args=(r,), daemon=True) for r in range(2)]
     with _quiet_fds():  # gloo's "[Gloo] Rank 1 is connected to 1 peer ranks" lines
@@ -68,7 +70,11 @@ def _gloo_reduce_scatter_avg_sums() -> Optional[bool]:
         for thread in threads:
             thread.join(30)
     if not any(thread.is_alive() for thread in threads):
-        groups.clear()  # both ranks are done with them
+        # both ranks are done with them: freed here, by this thread, not by a garbage
+        # collection later, when other threads may run (torch 2.1.2 aborted once in a
+        # collection that freed them: "pybind11_object_dealloc(): Tried to deallocate
+        # unregistered instance!")
+        groups.clear()
     if errors or len(got) != 2:
         return None
     return all(abs(value - 3.0) < 1e-6 for value in got.values())  # the mean is 1.5
