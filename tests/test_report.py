@@ -534,3 +534,15 @@ def test_html_escapes_what_a_run_wrote_through_the_template(fingerprint, tmp_pat
     assert "a note &lt;i&gt;" in page
     assert '<svg xmlns="http://www.w3.org/2000/svg"></svg>' in page  # our plot, raw
     assert '"Segoe UI"' in page  # the CSS, raw inside <style>
+
+
+def test_a_known_failure_is_not_an_affected_record_of_the_common_cause(fingerprint):
+    """A listed known failure's cause is its entry's reason: it neither gets a probable
+    common cause box of its own nor dilutes the cause of the records that did move."""
+    known = Record("optim/sgd/bfloat16/fused/params", status="fail",
+                   info={"known_failure": "known failure on cpu/*: x (https://x/1)"})
+    rep = report.build(RunResults(fingerprint, {known.id: known}), None)
+    assert rep.causes == [] and rep.cause_note == ""
+    unlisted = Record("optim/sgd/float16/fused/params", status="fail")
+    rep = report.build(RunResults(fingerprint, {known.id: known, unlisted.id: unlisted}), None)
+    assert "the 1 affected records" in rep.cause_note

@@ -507,7 +507,7 @@ def common_cause(run: RunResults, subjects: list[Subject], limit: int = 3,
     """Kernels shared by the affected records that unchanged records lack.
 
     Affected: the records with a beyond-rule or status change, or failing (subjects of
-    ranks 0-2). Unchanged: records of the other subjects (within their rules). A candidate must be
+    ranks 0-2), but for listed known failures (their entry names their cause). Unchanged: records of the other subjects (within their rules). A candidate must be
     in at least half of the affected records and at most a quarter as common among the
     unchanged; candidates rank by (share among affected -
     share among unchanged), then by how many affected records dispatch it only since the
@@ -517,9 +517,11 @@ def common_cause(run: RunResults, subjects: list[Subject], limit: int = 3,
     ``info["aten_ops"]`` uses its baseline record's, if that has them (a baseline recorded
     with the capture).
     """
-    affected_ids = {c.record_id for s in subjects if s.rank <= BEYOND_RULE for c in s.changes}
-    affected_ids |= {rid for s in subjects if s.rank <= FAILS for rid in s.records
-                     if run.records[rid].status in ids.FAILING}
+    # a listed known failure has its cause written down already (its entry's reason)
+    affected_ids = {c.record_id for s in subjects if s.rank <= BEYOND_RULE and not s.known
+                    for c in s.changes}
+    affected_ids |= {rid for s in subjects if s.rank <= FAILS and not s.known
+                     for rid in s.records if run.records[rid].status in ids.FAILING}
     if not affected_ids:
         return [], ""
     quiet = {rid for s in subjects if s.rank >= WITHIN_RULE for rid in s.records}
