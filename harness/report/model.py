@@ -507,8 +507,9 @@ def common_cause(run: RunResults, subjects: list[Subject], limit: int = 3,
     """Kernels shared by the affected records that unchanged records lack.
 
     Affected: the records with a beyond-rule or status change, or failing (subjects of
-    ranks 0-2), but for listed known failures (their entry names their cause). Unchanged: records of the other subjects (within their rules). A candidate must be
-    in at least half of the affected records and at most a quarter as common among the
+    ranks 0-2), but for listed known failures (their entry names their cause).
+    Unchanged: records of the other subjects (within their rules). A candidate must be in
+    at least half of the affected records and at most a quarter as common among the
     unchanged; candidates rank by (share among affected -
     share among unchanged), then by how many affected records dispatch it only since the
     baseline, then by fewest unchanged. Candidates that exactly the same records dispatch
