@@ -136,8 +136,8 @@ KNOWN_FAILURES: tuple[KnownFailure, ...] = (
     # Torch's fused CPU SGD for fp16 and bf16 parameters (Note [Low-precision parameter
     # updates] in suites/optim/test_optimizer_state.py): present on 2.4.1, 2.5.1, 2.6.0,
     # 2.8.0 and 2.13.0 (measured), fixed on 2.14.1 and 2.15.0 (#192545); 2.1 has no fused
-    # SGD on the CPU (the
-    # check records unsupported, the probe finds nothing). The probe says where it is.
+    # SGD on the CPU (the check records unsupported, the probe finds nothing). The probe
+    # says where it is.
     KnownFailure(
         device_type="cpu", stack="*", match=_LOW_PRECISION_FUSED_SGD,
         reason=_FUSED_SGD_DEFECT, link=_FUSED_SGD_ISSUE,
