@@ -264,6 +264,7 @@ def test_low_precision_param_state(device, results, settings, name, variant, dty
     record_id = ids.record("optim", name, dtype, variant, "state_dtypes")
     judged = update_is_judged(name, dtype)
     params_id = ids.record("optim", name, dtype, variant, "params")
+    every_id = [record_id, params_id] if judged else [record_id]
     model = _mlp(seed).to(dt.BY_NAME[dtype])
     ref_params = [p.detach().double().clone().requires_grad_() for p in model.parameters()]
     start = [p.detach().clone() for p in ref_params]
@@ -273,7 +274,7 @@ def test_low_precision_param_state(device, results, settings, name, variant, dty
         params = list(model.parameters())
         opt = make_optimizer(name, variant, params)
     if isinstance(opt, str):
-        return _unsupported(results, [record_id, params_id] if judged else record_id, opt)
+        return _unsupported(results, every_id, opt)
     try:
         for k in range(steps):
             x, y = _batch(seed, k)
@@ -287,9 +288,8 @@ def test_low_precision_param_state(device, results, settings, name, variant, dty
                 ref_p.grad = grad.double()
             ref_opt.step()  # Note [DUT scope]: the fp64 reference never runs in the scope
     except (RuntimeError, NotImplementedError) as exc:
-        return _unsupported(results, [record_id, params_id] if judged else record_id,
-                            f"{name} ({variant}) with {dtype} params failed on "
-                            f"{device.type}: {exc}")
+        return _unsupported(results, every_id, f"{name} ({variant}) with {dtype} params "
+                            f"failed on {device.type}: {exc}")
     with device.scope():
         dtypes, _, nonfinite, misplaced = _state_summary(opt, params)
     metrics = {f"{key}_dtype": value for key, value in sorted(dtypes.items())}
