@@ -483,9 +483,11 @@ def summary_lines(state: RunState) -> list[tuple[str, dict]]:
     else:
         out.append((baseline_line(state), {}))
     suites: dict[str, dict[str, int]] = {}
-    for rec in state.run.records.values():
+    known = set(judged.known_failures) if judged is not None else set()
+    for rid, rec in state.run.records.items():
         counts = suites.setdefault(rec.suite, {})
-        counts[rec.status] = counts.get(rec.status, 0) + 1
+        status = "xfail" if rid in known else rec.status  # as pytest's own summary says
+        counts[status] = counts.get(status, 0) + 1
     for suite, counts in sorted(suites.items()):
         text = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
         out.append((f"  {suite}: {sum(counts.values())} records ({text})", {}))

@@ -24,9 +24,11 @@ GO about a red run:
 * ``GO`` otherwise. A run compared with nothing is GO only on its own checks, and
   says ``NOT COMPARED`` beside the verdict; ``--baseline require`` makes that a NO-GO.
 
-A record of a listed known failure (``info["known_failure"]``, a strict xfail of
-:mod:`harness.known_failures`) neither fails the run nor counts as a lost capability:
-the known-failures table is where a person already decided about it.
+A failing record of a listed known failure (``info["known_failure"]``, a strict xfail
+of :mod:`harness.known_failures`) neither fails the run nor counts as a lost capability:
+the known-failures table is where a person already decided about it. The same test's
+records that pass are no known failures: they are not listed as such, and their changes
+are findings like any other record's.
 
 The pytest exit code agrees with it: NO-GO exits non-zero, REVIEW exits 0 unless
 ``--fail-on review``.
@@ -85,7 +87,8 @@ class RunVerdict:
         findings: every :class:`harness.regress.Finding` against the baseline.
         lost: one line per lost capability or lost record (the regressions of status and
             presence), ``record id: pass -> unsupported (reason)``.
-        known_failures: record ids of listed known failures (not counted as failing).
+        known_failures: ids of the failing records of listed known failures (not counted
+            as failing).
         notes: how the compared runs differ (seed, selection, device type, faults).
         nothing_checked: the run measured nothing (Note [Nothing checked]).
         detectable: per benchmark record, what its baseline can detect (Note [Minimum
@@ -211,7 +214,9 @@ def _ran_tests(run: RunResults) -> set[str]:
 
 
 def _known(rec: Record) -> bool:
-    return bool(rec.info.get("known_failure"))
+    """A failing record of a listed known failure; the test's other records, which pass,
+    are judged as any other (a pass is no known failure, and its changes are findings)."""
+    return rec.status in FAILING and bool(rec.info.get("known_failure"))
 
 
 def judge(run: RunResults, baseline: Optional[RunResults] = None, *, baseline_name: str = "",

@@ -112,6 +112,31 @@ def test_a_known_failure_night_is_go_in_every_view(demo, capsys, monkeypatch):
     assert alerts["known_failures"] == ["demo/metric/float32"]
 
 
+def test_a_known_failures_passing_records_are_not_listed_as_known_failures(demo, capsys,
+                                                                           monkeypatch):
+    """The listed test records a second value that passes: only the failing record is a
+    known failure (alerts, counts line), the passing one is counted as a pass."""
+    def write(status):
+        (demo.path / "suites" / "demo" / "test_demo.py").write_text(
+            CHECKS.format(status=status).replace(
+                'message="err too large")',
+                'message="err too large")\n    results.record("demo/metric/dtypes", '
+                'metrics={"n": 1})'))
+
+    write("pass")
+    demo.runpytest("--baseline", "record", "--baseline-dir", "b").assert_outcomes(passed=2)
+    write("fail")
+    monkeypatch.setattr(known_failures, "KNOWN_FAILURES", (KnownFailure(
+        "cpu", "torch-*", "suites/demo/test_demo.py::test_metric", "a known bug", "https://example.org/issues/1"),))
+    result = demo.runpytest(*ARGS)
+    result.assert_outcomes(passed=1, xfailed=1)
+    assert set(_views(demo, result, capsys).values()) == {"GO"}
+    alerts = json.loads((demo.path / "a.json").read_text())
+    assert alerts["known_failures"] == ["demo/metric/float32"]
+    assert alerts["counts"]["known_failures"] == 1
+    result.stdout.fnmatch_lines(["  demo: 3 records (2 pass, 1 xfail)"])
+
+
 def test_an_interrupted_run_is_no_go_in_every_view(demo, capsys):
     demo.runpytest("--baseline", "record", "--baseline-dir", "b").assert_outcomes(passed=2)
     (demo.path / "suites" / "demo" / "test_zz.py").write_text(INTERRUPT)
