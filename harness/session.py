@@ -482,13 +482,7 @@ def summary_lines(state: RunState) -> list[tuple[str, dict]]:
         out.append((f"NOT COMPARED: {judged.not_compared}", {"yellow": True, "bold": True}))
     else:
         out.append((baseline_line(state), {}))
-    suites: dict[str, dict[str, int]] = {}
-    known = set(judged.known_failures) if judged is not None else set()
-    for rid, rec in state.run.records.items():
-        counts = suites.setdefault(rec.suite, {})
-        status = "xfail" if rid in known else rec.status  # as pytest's own summary says
-        counts[status] = counts.get(status, 0) + 1
-    for suite, counts in sorted(suites.items()):
+    for suite, counts in verdict.status_counts(state.run).items():
         text = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
         out.append((f"  {suite}: {sum(counts.values())} records ({text})", {}))
     by_kind: dict[str, list[regress.Finding]] = {}

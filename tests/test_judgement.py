@@ -135,6 +135,12 @@ def test_a_known_failures_passing_records_are_not_listed_as_known_failures(demo,
     assert alerts["known_failures"] == ["demo/metric/float32"]
     assert alerts["counts"]["known_failures"] == 1
     result.stdout.fnmatch_lines(["  demo: 3 records (2 pass, 1 xfail)"])
+    report_md = (demo.path / "r.md").read_text()
+    header, row = (line for line in report_md.splitlines()
+                   if line.startswith(("| suite |", "| demo |")))
+    cells = dict(zip(header.split("|"), row.split("|")))
+    assert [cells[f" {k} "] for k in ("records", "pass", "fail", "xfail")] == [
+        " 3 ", " 2 ", "  ", " 1 "]
 
 
 def test_an_interrupted_run_is_no_go_in_every_view(demo, capsys):

@@ -52,7 +52,7 @@ def build(store, window: int = WINDOW) -> tuple[list[Row], dict, list[str]]:
     from harness import results
     from harness.ids import Status
     from harness.stack import stack_sort_key
-    from harness.verdict import judge
+    from harness.verdict import judge, status_counts
 
     stored = store.runs()
     by_series: dict[tuple[str, str], list] = {}
@@ -90,10 +90,7 @@ def build(store, window: int = WINDOW) -> tuple[list[Row], dict, list[str]]:
                                baseline_name=Path(run.baseline or "").stem)
                 levels.setdefault(family, []).append((stored_run.started, judged.level))
                 if k == len(nights) - 1:
-                    counts: dict[str, int] = {}
-                    for rec in run.records.values():
-                        if rec.suite == family:
-                            counts[str(rec.status)] = counts.get(str(rec.status), 0) + 1
+                    counts = status_counts(run).get(family, {})
                     latest_cells[family] = Cell(judged.level, counts, [], stored_run.source,
                                                 list(run.faults))
         for family, cell in latest_cells.items():

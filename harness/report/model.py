@@ -427,11 +427,10 @@ def _subject(sid: str, recs: list[Record], baseline: Optional[RunResults],
 
 
 def _counts(run: RunResults, findings: list[Finding]) -> dict[str, dict[str, int]]:
-    counts: dict[str, dict[str, int]] = {}
-    for rec in run.records.values():
-        row = counts.setdefault(rec.suite, {})
-        row["records"] = row.get("records", 0) + 1
-        row[rec.status] = row.get(rec.status, 0) + 1
+    from harness.verdict import status_counts
+
+    counts = {suite: {"records": sum(row.values()), **row}
+              for suite, row in status_counts(run).items()}
     suite_of = {rid: rec.suite for rid, rec in run.records.items()}
     for finding in findings:
         suite = suite_of.get(finding.record_id) or finding.record_id.split("/", 1)[0]

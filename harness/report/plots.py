@@ -74,8 +74,9 @@ def suite_outcomes(report: Report) -> Plot:
         return None
     plt = pyplot()
     suites = list(report.counts)
-    series = [("pass", "#4c9a2a"), ("fail", "#c0392b"), ("error", "#7b241c"),
-              ("unsupported", "#b9770e"), ("fallback", "#d4ac0d"), ("skip", "#aab7b8")]
+    series = [("pass", "#4c9a2a"), ("fail", "#c0392b"), ("xfail", "#e6b0aa"),
+              ("error", "#7b241c"), ("unsupported", "#b9770e"), ("fallback", "#d4ac0d"),
+              ("skip", "#aab7b8")]
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 0.35 * len(suites) + 1.2),
                                       gridspec_kw={"width_ratios": [3, 2]})
     start = [0.0] * len(suites)

@@ -15,8 +15,8 @@ from typing import Optional
 
 from harness.report.model import RANKS, Report, Subject, fmt, fmt_ratio
 
-COUNT_COLUMNS = ("records", "pass", "fail", "error", "unsupported", "fallback", "skip",
-                 "slower", "regression", "review", "improvement", "new", "lost", "not-run")
+COUNT_COLUMNS = ("records", "pass", "fail", "xfail", "error", "unsupported", "fallback",
+                 "skip", "slower", "regression", "review", "improvement", "new", "lost", "not-run")
 MOVERS_PER_SUITE = 10
 
 
@@ -82,8 +82,8 @@ def terminal_lines(report: Report, limit: int = 10) -> list[str]:
     lines = [report.verdict.line, _compared_line(report)]
     counts = []
     for suite, row in report.counts.items():
-        bad = ", ".join(f"{row[k]} {k}" for k in ("fail", "error", "slower", "regression",
-                                                  "review", "lost") if row.get(k))
+        bad = ", ".join(f"{row[k]} {k}" for k in ("fail", "xfail", "error", "slower",
+                                                  "regression", "review", "lost") if row.get(k))
         counts.append(f"{suite} {row.get('records', 0)}" + (f" ({bad})" if bad else ""))
     lines.append("suites: " + "; ".join(counts))
     lines += _notes(report)
