@@ -112,6 +112,25 @@ def test_an_entry_applies_where_its_probe_finds_the_defect_whatever_the_stack(mo
     stack_probes.result.cache_clear()
 
 
+def test_a_probe_runs_only_where_a_collected_test_is_its_entrys(project, monkeypatch):
+    """A run that collects none of an entry's tests (one test reproduced) runs none of
+    its probes; one that collects it runs the probe once and marks the test."""
+    from harness import stack_probes
+
+    calls = []
+    monkeypatch.setitem(stack_probes.PROBES, "demo_defect", lambda: calls.append(1) or True)
+    stack_probes.result.cache_clear()
+    project.table(KnownFailure("cpu", "*", "*::test_raises", "a known bug", "x#1",
+                               probes=("demo_defect",)))
+    args = ("--device", "cpu", "--baseline", "off")
+    project.runpytest("suites/demo/test_demo.py::test_unlisted", *args).assert_outcomes(
+        passed=1)
+    assert calls == []
+    project.runpytest(*args).assert_outcomes(xfailed=1, failed=1, passed=2)
+    assert calls == [1]
+    stack_probes.result.cache_clear()
+
+
 def test_an_unknown_probe_is_refused_naming_the_table():
     with pytest.raises(ValueError, match="unknown stack probe.*stack_probes.PROBES"):
         KnownFailure("cpu", "*", "a/*", "r", "l", probes=("no_such_probe",))
