@@ -99,8 +99,9 @@ def terminal_lines(report: Report, limit: int = 10) -> list[str]:
         lines.append("dispatched differently since the baseline: "
                      + "; ".join(report.dispatch_changes[:4]))
     if report.subjects:
-        lines.append(f"{len(report.subjects)} group(s) to look at "
-                     f"({report.finding_lines} finding lines), worst first:")
+        lines.append(f"{len(report.subjects)} group(s) to look at"
+                     + (f" ({report.finding_lines} finding lines)" if report.finding_lines
+                        else "") + ", worst first:")
     for subject in report.subjects[:limit]:
         lines.append(f"  [{subject.rank_label}] {subject.id}: {_worst(subject)}"
                      + (f" [{_rule(subject)}]" if _rule(subject) else "")
