@@ -255,7 +255,7 @@ def test_planner_runs_all_cases_of_a_world_size_in_one_launch(monkeypatch):
 needs_priority_back = pytest.mark.skipif(
     not restores_priority(),
     reason="this process may not give a lowered priority back (no CAP_SYS_NICE, RLIMIT_NICE "
-           "0): launches do not run ahead here")
+           "0): its ranks stay at +19 when waited for")
 
 def slow_and_niced(ctx, seconds=0.0, until=None):
     import torch.distributed as dist
@@ -338,9 +338,53 @@ def test_planner_launches_nothing_ahead_where_ranks_would_share_more_than_cores(
     monkeypatch.setenv("HARNESS_DIST_SUBPROCESS", "1")  # fresh interpreters
     assert not Planner(Device("cpu"), lambda: cases, timeout=10).start_ahead()
     monkeypatch.delenv("HARNESS_DIST_SUBPROCESS")
-    monkeypatch.setattr("harness.distributed.launcher.restores_priority", lambda: False)
-    assert not Planner(Device("cpu"), lambda: cases, timeout=10).start_ahead()  # no way back
     assert launched == []
+
+
+def test_a_session_that_may_not_give_priority_back_launches_ahead_but_no_job(monkeypatch):
+    """An unprivileged session: the launches run ahead; a job, which cannot tell a
+    starved node from a hung one, runs when its test asks."""
+    from harness.distributed import DistJob
+
+    monkeypatch.setattr("harness.distributed.launcher.restores_priority", lambda: False)
+    launched, ran = [], []
+    monkeypatch.setattr("harness.distributed.launcher.launch", _fake_launch(launched))
+    case, job = DistCase(2, SubCheck("a", "m:f")), DistJob("j", lambda bg: ran.append(bg))
+    planner = Planner(Device("cpu"), lambda: [case, job], timeout=10)
+    assert planner.start_ahead()
+    assert planner.outcome(case).values == {0: "a", 1: "a"}
+    assert [(ws, names, bg is not None) for ws, names, bg in launched] == [(2, ["a"], True)]
+    planner.job(job)
+    assert ran == [None]  # run when asked, waited for
+    planner.close()
+
+
+def test_a_starved_launch_ahead_is_launched_again_when_its_test_asks(monkeypatch):
+    """A launch ahead that ended STARVED (its ranks kept +19 while a test waited) is no
+    outcome: its cases are launched again, waited for, and the next launch ahead runs."""
+    from harness.distributed import LaunchResult, launcher
+
+    monkeypatch.setattr("harness.distributed.launcher.restores_priority", lambda: False)
+    launched = []
+    normal = _fake_launch(launched)
+
+    def starving(checks, world_size, device, **kwargs):
+        result = normal(checks, world_size, device, **kwargs)
+        if world_size == 2 and kwargs.get("background") is not None:
+            return LaunchResult(2, "gloo", 1, [], result.checks, True, 1.0, 15.0, "",
+                                launcher.STARVED)
+        return result
+
+    monkeypatch.setattr("harness.distributed.launcher.launch", starving)
+    cases = [DistCase(ws, SubCheck(name, "m:f")) for ws in (2, 4) for name in ("a", "b")]
+    planner = Planner(Device("cpu"), lambda: cases, timeout=10)
+    assert planner.start_ahead()
+    assert planner.outcome(cases[1]).values == {0: "b", 1: "b"}
+    assert planner.outcome(cases[0]).values == {0: "a", 1: "a"}
+    assert planner.outcome(cases[2]).values == {r: "a" for r in range(4)}
+    assert [(ws, names, bg is not None) for ws, names, bg in launched] == [
+        (2, ["a", "b"], True), (4, ["a", "b"], True), (2, ["a", "b"], False)]
+    planner.close()
 
 
 def test_a_launch_ahead_that_failed_raises_in_the_tests_that_read_it(monkeypatch):
@@ -370,6 +414,22 @@ def test_a_launch_beside_other_work_is_niced_and_its_hang_clock_waits_for_a_wait
     waited.wait()
     hung = launch([check], 2, Device("cpu"), timeout=1.0, background=waited)
     assert hung.timed_out and "no rank made progress for 1 s" in hung.why
+
+
+def test_a_launch_waited_for_that_keeps_its_niceness_ends_starved(monkeypatch):
+    """Where the session may not give priority back, a launch waited for whose ranks make
+    no progress for ``starved_after`` ends STARVED (to be launched again), not as a hang;
+    and its ranks are left at +19."""
+    from harness.distributed import launcher
+    from harness.distributed.launcher import Background
+
+    monkeypatch.setattr(launcher, "restores_priority", lambda: False)
+    waited = Background(starved_after=0.5)
+    waited.wait()
+    assert not waited.restored
+    starved = launch([SubCheck.of(slow_and_niced, seconds=2.5)], 2, Device("cpu"),
+                     timeout=30.0, background=waited)
+    assert starved.timed_out and starved.why == launcher.STARVED
 
 
 @needs_priority_back
@@ -481,7 +541,6 @@ def _ahead_project(pytester, seconds: float, ok: bool) -> None:
         PLAIN_SUITE.replace("OK", repr(ok)).replace("PIDS", pids))
 
 
-@needs_priority_back
 def test_a_session_launches_its_family_ahead_and_runs_its_tests_last(pytester):
     _ahead_project(pytester, seconds=0.0, ok=True)
     result = pytester.runpytest_subprocess("-v", "-s", "--baseline", "off")
@@ -493,7 +552,6 @@ def test_a_session_launches_its_family_ahead_and_runs_its_tests_last(pytester):
     assert {v["niceness"] for v in ranks.values()} == {19}  # ahead: Background's niceness
 
 
-@needs_priority_back
 def test_a_session_that_ends_first_stops_the_launch_ahead(pytester):
     """``-x``: the single-device test fails, the session ends before the family's test;
     the launch started ahead (a sub-check of ten minutes) is stopped and its ranks are

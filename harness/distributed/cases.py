@@ -58,10 +58,20 @@ waits, the ranks get the session's priority back (``Background.wait``): on a hos
 other work keeps busy, a rank at +19 would run only in that work's gaps, and a launch
 waited for must go as fast as one started then. Giving a priority back needs
 CAP_SYS_NICE or an RLIMIT_NICE that allows it (``launcher.restores_priority``, tried
-once); where the session has neither (an unprivileged user, usually; a container
-without that capability), the launches do not run ahead. What bounds a rank's wait for
-a starved peer is the collectives' own timeout (the group's:
-``--dist-timeout``, 120 s by default and never under 30 s): at +19 a rank gets about 1.5%
+once). Where the session has neither (an unprivileged user, usually; a container
+without that capability), the launches still run ahead, and their ranks stay at +19
+when a test waits: on an otherwise idle host the session's wait leaves them the cores,
+as at its own priority. On a host other work keeps busy they may starve instead: a launch
+waited for whose ranks make no progress for ``Background.starved_after`` (15 s) ends
+(``launcher.STARVED``), and its cases are launched again when their tests ask, at the
+session's priority, so a busy host costs time, never a false hang. Launches the thread
+ahead starts after a test waits take the session's priority from the start. A
+:class:`DistJob` starts its processes its own way and cannot tell a starved node from a
+hung one, so it runs ahead only where the priority can be given back. (An AMD EPYC Zen 4
+with CAP_SYS_NICE dropped ran the default run in 49.7 s with the family launched when its
+tests asked, 43.3 and 43.7 s with its launches ahead; docs/benchmarks.md.) What bounds
+a rank's wait for a starved peer before a test waits is the collectives' own timeout (the
+group's: ``--dist-timeout``, 120 s by default and never under 30 s): at +19 a rank gets about 1.5%
 of a core whose threads the session keeps busy, so a peer would need nearly two seconds
 of its own work between two collectives (half a second at 30 s) in such a stretch to
 exceed it; the family's sub-checks do milliseconds to a few hundred.
@@ -69,7 +79,7 @@ exceed it; the family's sub-checks do milliseconds to a few hundred.
 Not ahead: an accelerator (the ranks would share the session's device and its memory
 with the checks measured on it), xdist workers (the shared store above decides who
 launches), ranks started as fresh interpreters (a thread beside torch must not fork and
-exec), a session that may not give a priority back, and ``alone`` cases. A launch that
+exec), and ``alone`` cases. A launch that
 fails raises in every test that reads it; a session that ends first (``-x``, Ctrl-C,
 SIGTERM) stops the launch and kills its ranks (:meth:`Planner.close`).
 ``HARNESS_DIST_SUBPROCESS=1`` (fresh interpreters) turns it off.
@@ -166,6 +176,8 @@ class Planner:
         self._by_case: dict[tuple[int, str], LaunchResult] = {}
         self._ahead: Optional[threading.Thread] = None
         self._ahead_keys: set[tuple[int, str]] = set()
+        self._starved: set[tuple[int, str]] = set()
+        """Cases of a launch ahead that ended :data:`launcher.STARVED`."""
         self._ahead_error: Optional[BaseException] = None
         self._background = launcher.Background()
         self._jobs: dict[str, tuple[bool, Any]] = {}
@@ -175,8 +187,7 @@ class Planner:
     def runs_ahead(device, shared: Optional[Path]) -> bool:
         """Whether a planner for ``device`` (``shared``: the xdist workers' store) may
         launch ahead of its tests (Note [Launches ahead of their tests])."""
-        return (shared is None and launcher.forks_ranks(device)
-                and launcher.restores_priority())
+        return shared is None and launcher.forks_ranks(device)
 
     def start_ahead(self) -> bool:
         """Start every wanted world size's launch now, on a thread (Note [Launches ahead
@@ -188,7 +199,8 @@ class Planner:
         for case in self._cases():
             if not case.alone:
                 plans.setdefault(case.world_size, case)
-        jobs = {job.name: job for job in self.wanted() if isinstance(job, DistJob)}
+        jobs = {job.name: job for job in self.wanted()
+                if isinstance(job, DistJob) and launcher.restores_priority()}
         if not plans and not jobs:
             return False
         batches = [(size, self._plan(case)) for size, case in sorted(plans.items())]
@@ -206,7 +218,9 @@ class Planner:
                 launched = launcher.launch(plan, world_size, self.device,
                                            timeout=self.timeout, seed=self.seed,
                                            background=self._background)
-                if not self._background.stop.is_set():
+                if launched.why == launcher.STARVED:  # launched again when asked
+                    self._starved |= {(world_size, check.name) for check in plan}
+                elif not self._background.stop.is_set():
                     self._add(launched)
         except BaseException as exc:  # noqa: BLE001 - raised again in the tests that read it
             self._ahead_error = exc
@@ -259,7 +273,7 @@ class Planner:
         key = (case.world_size, case.check.name)
         if key in self._ahead_keys:
             self._wait_ahead()
-            if key not in self._by_case:
+            if key not in self._by_case and key not in self._starved:
                 why = (f"{type(self._ahead_error).__name__}: {self._ahead_error}"
                        if self._ahead_error is not None else "it was stopped")
                 raise RuntimeError(

@@ -180,7 +180,7 @@ def _launch_once(plan: list[SubCheck], world_size: int, device, *, timeout: floa
         why = _watch(procs, out, timeout, max(timeout, startup_timeout), background)
         timed_out = why is not None
         if timed_out:
-            if why != STOPPED:
+            if why not in (STOPPED, STARVED):
                 _dump_stacks(procs, out)
             killed = {rank for rank, proc in enumerate(procs) if proc.poll() is None}
     finally:
@@ -342,6 +342,10 @@ def _progress_key(out: Path, world_size: int) -> tuple:
 
 STOPPED = "stopped: the run ended before the launch's outcome was needed"
 """The reason of a launch its :class:`Background` stopped."""
+STARVED = ("starved: no rank made progress since a test began waiting, and this session "
+           "may not give the ranks their priority back")
+"""The reason of a background launch ended for the launcher to run again at its own
+priority (Note [Launches ahead of their tests] in :mod:`harness.distributed.cases`)."""
 
 
 @dataclasses.dataclass
@@ -354,9 +358,15 @@ class Background:
     way to end it early."""
 
     nice: int = 19
+    starved_after: float = 15.0
+    """Seconds without progress, once someone waits, after which a launch whose priority
+    could not be given back ends as :data:`STARVED` instead of running on at +19."""
     needed: threading.Event = dataclasses.field(default_factory=threading.Event)
     """Set (by :meth:`wait`) when someone waits for the launch: its processes are back at
-    the launcher's priority, and the hang clocks run."""
+    the launcher's priority (where :attr:`restored`), and the hang clocks run."""
+    restored: bool = False
+    """Whether :meth:`wait` gave the processes their priority back (it needs
+    :func:`restores_priority`)."""
     stop: threading.Event = dataclasses.field(default_factory=threading.Event)
     """Set to kill the ranks and end the launch at once (:data:`STOPPED`)."""
     _lowered: list = dataclasses.field(default_factory=list)
@@ -375,11 +385,15 @@ class Background:
 
     def wait(self) -> None:
         """Somebody waits for the launch now: its processes get the launcher's priority
-        back (every thread of each, on Linux a thread's own), and the hang clocks run."""
+        back (every thread of each, on Linux a thread's own) where this session may give
+        it, and the hang clocks run."""
         with self._lock:
             if self.needed.is_set():
                 return  # given back already; nothing is lowered after that
             self.needed.set()
+            self.restored = restores_priority()
+            if not self.restored:
+                return  # they stay at +19: starved, the launch ends (STARVED)
             own = os.getpriority(os.PRIO_PROCESS, 0)
             for pid, group in self._lowered:
                 targets = ([(os.PRIO_PGRP, pid)] if group else
@@ -457,6 +471,10 @@ def _watch(procs: list[subprocess.Popen], out: Path, timeout: float,
                 states = [(read_json(out / f"rank{r}.json") or {}).get("state", "starting")
                           for r in range(len(procs))]
                 started = all(state != "starting" for state in states)
+        elif (background is not None and background.needed.is_set()
+              and not background.restored
+              and time.monotonic() - last_progress > background.starved_after):
+            return STARVED  # at +19 still: the launcher runs it again at its own priority
         elif time.monotonic() - last_progress > (timeout if started else startup_timeout):
             return (f"no rank made progress for {timeout:.0f} s (--dist-timeout)" if started
                     else f"the ranks did not all join the process group within "
