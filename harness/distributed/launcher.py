@@ -390,8 +390,8 @@ class Background:
         with self._lock:
             if self.needed.is_set():
                 return  # given back already; nothing is lowered after that
+            self.restored = restores_priority()  # before needed: the watch reads both
             self.needed.set()
-            self.restored = restores_priority()
             if not self.restored:
                 return  # they stay at +19: starved, the launch ends (STARVED)
             own = os.getpriority(os.PRIO_PROCESS, 0)
