@@ -70,11 +70,11 @@ ahead starts after a test waits take the session's priority from the start. A
 hung one, so it runs ahead only where the priority can be given back. (An AMD EPYC Zen 4
 with CAP_SYS_NICE dropped ran the default run in 49.7 s with the family launched when its
 tests asked, 43.3 and 43.7 s with its launches ahead; docs/benchmarks.md.) What bounds
-a rank's wait for a starved peer before a test waits is the collectives' own timeout (the
-group's: ``--dist-timeout``, 120 s by default and never under 30 s): at +19 a rank gets about 1.5%
-of a core whose threads the session keeps busy, so a peer would need nearly two seconds
-of its own work between two collectives (half a second at 30 s) in such a stretch to
-exceed it; the family's sub-checks do milliseconds to a few hundred.
+a rank's wait for a starved peer before a test waits is the collectives' own timeout
+(the group's: ``--dist-timeout``, 120 s by default and never under 30 s): at +19 a rank
+gets about 1.5% of a core whose threads the session keeps busy, so a peer would need
+nearly two seconds of its own work between two collectives (half a second at 30 s) in
+such a stretch to exceed it; the family's sub-checks do milliseconds to a few hundred.
 
 Not ahead: an accelerator (the ranks would share the session's device and its memory
 with the checks measured on it), xdist workers (the shared store above decides who

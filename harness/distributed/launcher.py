@@ -393,7 +393,7 @@ class Background:
             self.restored = restores_priority()  # before needed: the watch reads both
             self.needed.set()
             if not self.restored:
-                return  # they stay at +19: starved, the launch ends (STARVED)
+                return  # they stay at +19; starved, the launch ends (STARVED)
             own = os.getpriority(os.PRIO_PROCESS, 0)
             for pid, group in self._lowered:
                 targets = ([(os.PRIO_PGRP, pid)] if group else
