@@ -16,6 +16,7 @@ import re
 from typing import Any, Callable, Optional
 
 from harness.report.model import Report, number
+from harness.verdict import KNOWN_STATUS
 
 Plot = Optional[tuple[str, str]]
 MISSING = ("matplotlib is not installed: the report has no plots. "
@@ -74,7 +75,7 @@ def suite_outcomes(report: Report) -> Plot:
         return None
     plt = pyplot()
     suites = list(report.counts)
-    series = [("pass", "#4c9a2a"), ("fail", "#c0392b"), ("xfail", "#e6b0aa"),
+    series = [("pass", "#4c9a2a"), ("fail", "#c0392b"), (KNOWN_STATUS, "#e6b0aa"),
               ("error", "#7b241c"), ("unsupported", "#b9770e"), ("fallback", "#d4ac0d"),
               ("skip", "#aab7b8")]
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 0.35 * len(suites) + 1.2),

@@ -14,8 +14,9 @@ import html
 from typing import Optional
 
 from harness.report.model import RANKS, Report, Subject, fmt, fmt_ratio
+from harness.verdict import KNOWN_STATUS
 
-COUNT_COLUMNS = ("records", "pass", "fail", "xfail", "error", "unsupported", "fallback",
+COUNT_COLUMNS = ("records", "pass", "fail", KNOWN_STATUS, "error", "unsupported", "fallback",
                  "skip", "slower", "regression", "review", "improvement", "new", "lost", "not-run")
 MOVERS_PER_SUITE = 10
 
@@ -82,7 +83,7 @@ def terminal_lines(report: Report, limit: int = 10) -> list[str]:
     lines = [report.verdict.line, _compared_line(report)]
     counts = []
     for suite, row in report.counts.items():
-        bad = ", ".join(f"{row[k]} {k}" for k in ("fail", "xfail", "error", "slower",
+        bad = ", ".join(f"{row[k]} {k}" for k in ("fail", KNOWN_STATUS, "error", "slower",
                                                   "regression", "review", "lost") if row.get(k))
         counts.append(f"{suite} {row.get('records', 0)}" + (f" ({bad})" if bad else ""))
     lines.append("suites: " + "; ".join(counts))
